@@ -1,0 +1,49 @@
+# `make run`: set everything up and build every artifact of the embedded default pipeline.
+# `make test`: set everything up and run the test suite.
+# Both create and reuse .venv/ and install what is missing (system packages via apt, as root).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.forgeline-installed
+CORES ?= 2
+export PYTHONHASHSEED := 0
+export TZ := UTC
+export LC_ALL := C.UTF-8
+
+.PHONY: run test setup system dvc.yaml dag clean services
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/forgeline timings
+
+test: setup
+	$(BIN)/pytest
+
+setup: system $(STAMP)
+
+# git (patches, code version) and util-linux (unshare) are the only system tools the default
+# pipeline needs; docker and slurm are installed by scripts/services.sh when a test needs them.
+system:
+	@command -v git >/dev/null && command -v unshare >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends git util-linux; \
+	  else echo "install git and util-linux (unshare), e.g. sudo apt-get install git util-linux"; exit 1; fi; }
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+dvc.yaml: setup
+	$(BIN)/forgeline export-dvc
+
+dag: setup
+	$(BIN)/snakemake --rulegraph | dot -Tsvg > docs/dag.svg
+
+services:
+	bash scripts/services.sh start all
+
+clean:
+	rm -rf results logs .snakemake

@@ -1,0 +1,32 @@
+# forgeline: the DAG of a code-agent RL experiment, one artifact per target.
+# Table of contents only: each phase lives in rules/<phase>.smk and calls the `forgeline` CLI.
+from pathlib import Path
+import sys
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from forgeline.workflow.dag import (all_repos, checked_config, config_args, params_of, repo_files,
+                                    stage_code)
+
+configfile: "params.yaml"
+
+# params.yaml plus any --configfile overlays, in the order Snakemake merged them.
+CONFIG_FILES = ["params.yaml", *[str(f) for f in workflow.overwrite_configfiles]]
+checked_config(config, CONFIG_FILES)
+CONFIG = config_args(CONFIG_FILES)
+REPOS_ROOT = config["repos"]["root"]
+POOL = config["repos"]["pool"]
+ALL_REPOS = all_repos(config)
+
+
+include: "rules/tasks.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.split.output,
+        expand("results/validated/{repo}.jsonl", repo=ALL_REPOS),

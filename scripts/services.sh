@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Local services the docker sandbox needs, on one Debian 12 machine, without Docker Hub.
+#   bash scripts/services.sh start  docker|registry|all   install if missing, start, wait until up
+#   bash scripts/services.sh stop   docker|registry|all   stop what THIS script started (by PID)
+#   bash scripts/services.sh status docker|registry|all   exit 0 only if every named service answers
+# Idempotent: starting a service that already answers only checks it (whoever started it).
+# Only loopback is ever used: dockerd gets no bridge and no iptables rules, the registry listens
+# on 127.0.0.1:5000 only.
+set -euo pipefail
+
+STATE_DIR=${FORGELINE_SERVICES_DIR:-/tmp/forgeline-services}
+DOCKER_SOCK=/var/run/docker.sock
+DOCKERD_LOG=/var/log/forgeline-dockerd.log
+REGISTRY_ADDR=127.0.0.1:5000
+REGISTRY_DIR=$STATE_DIR/registry
+REGISTRY_CONF=$STATE_DIR/registry.yml
+REGISTRY_LOG=$STATE_DIR/registry.log
+WAIT_S=60
+
+log() { echo "[services $(date +%T)] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+recorded_pid() { [ -s "$STATE_DIR/$1.pid" ] && cat "$STATE_DIR/$1.pid" || true; }
+
+# apt-get install PKG..., with `apt-get update` at most once per machine boot (the stamp lives
+# in /tmp); waits for a dpkg lock held by someone else instead of failing.
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  local apt=(apt-get -o DPkg::Lock::Timeout=300 -q)
+  # No init script may start a package's daemon (wrong flags, wrong address): deny it unless
+  # the machine already has a policy.
+  local own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  if [ ! -e "$STATE_DIR/apt-updated" ]; then
+    log "apt-get update"
+    "${apt[@]}" update -qq && touch "$STATE_DIR/apt-updated"
+  fi
+  log "apt-get install $*"
+  local rc=0
+  "${apt[@]}" install -y -qq --no-install-recommends "$@" >"$STATE_DIR/apt.log" 2>&1 || rc=$?
+  [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
+  [ $rc = 0 ] || { tail -20 "$STATE_DIR/apt.log" >&2; die "apt-get install $* failed (log: $STATE_DIR/apt.log)"; }
+}
+
+# -- docker --------------------------------------------------------------------------------
+
+docker_up() {
+  # the engine's own /_ping: independent of which docker CLI is on PATH
+  curl -sf --max-time 2 --unix-socket "$DOCKER_SOCK" http://localhost/_ping >/dev/null 2>&1
+}
+
+start_docker() {
+  if docker_up; then log "docker: engine already answers at unix://$DOCKER_SOCK"; return 0; fi
+  if ! command -v dockerd >/dev/null; then
+    apt_install docker.io
+  fi
+  local pid; pid=$(recorded_pid dockerd)
+  if alive "$pid"; then
+    log "docker: dockerd (pid $pid) is starting; waiting"
+  else
+    # a dockerd killed hard leaves its pidfile behind and refuses to start again
+    [ -s /var/run/docker.pid ] && ! alive "$(cat /var/run/docker.pid)" && rm -f /var/run/docker.pid
+    log "docker: starting dockerd (log: $DOCKERD_LOG)"
+    # --bridge=none/--iptables=false: no host networking is touched; containers run with
+    # network_mode none anyway. setsid: the daemon outlives the shell that started it.
+    setsid dockerd --bridge=none --iptables=false --ip6tables=false \
+      </dev/null >>"$DOCKERD_LOG" 2>&1 &
+    pid=$!
+    echo "$pid" > "$STATE_DIR/dockerd.pid"
+  fi
+  for _ in $(seq $((WAIT_S * 5))); do
+    docker_up && { log "docker: engine answers (dockerd pid $pid)"; return 0; }
+    alive "$pid" || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd exited (log: $DOCKERD_LOG)"; }
+    sleep 0.2
+  done
+  tail -20 "$DOCKERD_LOG" >&2
+  die "docker: no answer after ${WAIT_S}s (log: $DOCKERD_LOG)"
+}
+
+# -- registry ------------------------------------------------------------------------------
+
+registry_up() { curl -s --max-time 2 "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; }
+
+start_registry() {
+  if registry_up; then log "registry: already answers at http://$REGISTRY_ADDR/v2/"; return 0; fi
+  if ! command -v docker-registry >/dev/null; then
+    apt_install docker-registry
+  fi
+  mkdir -p "$REGISTRY_DIR"
+  # our own config, not /etc/docker/registry/config.yml (which listens on every address)
+  cat > "$REGISTRY_CONF" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DIR
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+EOF
+  local pid; pid=$(recorded_pid registry)
+  if ! alive "$pid"; then
+    log "registry: starting docker-registry on $REGISTRY_ADDR (storage: $REGISTRY_DIR)"
+    setsid docker-registry serve "$REGISTRY_CONF" </dev/null >>"$REGISTRY_LOG" 2>&1 &
+    pid=$!
+    echo "$pid" > "$STATE_DIR/registry.pid"
+  fi
+  for _ in $(seq $((WAIT_S * 5))); do
+    registry_up && { log "registry: answers (pid $pid)"; return 0; }
+    alive "$pid" || { tail -20 "$REGISTRY_LOG" >&2; die "docker-registry exited (log: $REGISTRY_LOG)"; }
+    sleep 0.2
+  done
+  tail -20 "$REGISTRY_LOG" >&2
+  die "registry: no answer after ${WAIT_S}s (log: $REGISTRY_LOG)"
+}
+
+# -- stop / status -------------------------------------------------------------------------
+
+stop_one() {  # NAME: kill the process this script recorded, TERM then KILL
+  local name=$1 pid; pid=$(recorded_pid "$name")
+  if ! alive "$pid"; then
+    log "$name: nothing started by this script is running"; rm -f "$STATE_DIR/$name.pid"; return 0
+  fi
+  log "$name: stopping pid $pid"
+  kill "$pid"
+  for _ in $(seq 150); do alive "$pid" || break; sleep 0.1; done   # dockerd stops containers first
+  if alive "$pid"; then log "$name: still alive after 15 s, SIGKILL"; kill -9 "$pid"; fi
+  rm -f "$STATE_DIR/$name.pid"
+}
+
+status_one() {
+  case $1 in
+    docker) if docker_up; then echo "docker: up (unix://$DOCKER_SOCK)"; else echo "docker: down"; return 1; fi ;;
+    registry) if registry_up; then echo "registry: up (http://$REGISTRY_ADDR)"; else echo "registry: down"; return 1; fi ;;
+  esac
+}
+
+usage() { echo "usage: $0 {start|stop|status} {docker|registry|all}" >&2; exit 2; }
+
+action=${1:-}; what=${2:-all}
+case $what in
+  docker|registry) services=("$what") ;;
+  all) services=(docker registry) ;;
+  *) usage ;;
+esac
+mkdir -p "$STATE_DIR"
+
+case $action in
+  start)
+    command -v curl >/dev/null || apt_install curl ca-certificates
+    for s in "${services[@]}"; do "start_$s"; done ;;
+  stop)
+    # reverse order: the registry before the engine
+    for ((i=${#services[@]}-1; i>=0; i--)); do
+      case ${services[$i]} in docker) stop_one dockerd ;; registry) stop_one registry ;; esac
+    done ;;
+  status)
+    rc=0; for s in "${services[@]}"; do status_one "$s" || rc=1; done; exit $rc ;;
+  *) usage ;;
+esac

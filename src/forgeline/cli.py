@@ -1,0 +1,81 @@
+"""`forgeline`: one subcommand per pipeline stage, plus the tools around them.
+
+Snakemake rules and dvc.yaml stages call these commands, with the same text. This module only
+parses arguments and hands them to the stage's module (imported lazily, so a stage's code
+version is the code of its own module and what it imports, not of every stage).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+from forgeline import config as config_mod
+
+log = logging.getLogger("forgeline")
+
+# subcommand -> (module that implements it, help). The module has `add_arguments(parser)` and
+# `run(cfg, args)`; the module's name is also what Snakemake/DVC hash as the stage's code.
+STAGES: dict[str, tuple[str, str]] = {
+    "generate": ("forgeline.tasks.generate", "make bug candidates for one repository"),
+    "ingest": ("forgeline.tasks.ingest", "read SWE-smith-format files; report every rejection"),
+    "validate": ("forgeline.tasks.validate", "run the validation checks for one repository"),
+    "split": ("forgeline.tasks.split", "repository-disjoint split with its semantic digest"),
+}
+TOOLS: dict[str, tuple[str, str]] = {
+    "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),
+    "timings": ("forgeline.workflow.timings", "print the per-stage time table of a run"),
+}
+
+
+def _setup_logging(log_file: str | None, verbose: bool) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (stages import torch)."""
+    parser = argparse.ArgumentParser(prog="forgeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version",
+                        version=f"forgeline {importlib.import_module('forgeline').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in (STAGES | TOOLS).items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--config", action="append", metavar="YAML",
+                       help="config file(s), merged in order (default: params.yaml)")
+        p.add_argument("--log", metavar="FILE", help="also write the log to FILE")
+        p.add_argument("-v", "--verbose", action="store_true")
+        p.set_defaults(_module=module)
+        if only in (None, name):
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Stable time zone: artifacts must not depend on the shell they ran in.
+    os.environ.setdefault("TZ", "UTC")
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(wanted if wanted in (STAGES | TOOLS) else None).parse_args(argv)
+    _setup_logging(args.log, args.verbose)
+    try:
+        cfg = config_mod.load(args.config)
+        importlib.import_module(args._module).run(cfg, args)
+    except config_mod.ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        log.error("interrupted; no partial artifact was left under its final name")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

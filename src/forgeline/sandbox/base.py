@@ -1,0 +1,88 @@
+"""The sandbox interface: where a task's code is changed and its tests are run.
+
+Two backends implement it: `docker` (isolated containers, the default whenever an engine
+answers) and `process` (a temp copy of the repo on this machine, for development). Callers
+never know which one they hold.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the code under test)."""
+
+
+class PatchError(SandboxError):
+    """A patch did not apply to the environment; `index` says which one."""
+
+    def __init__(self, index: int, output: str):
+        super().__init__(f"patch #{index} does not apply: {output.strip()[:500]}")
+        self.index = index
+        self.output = output
+
+
+@dataclass(frozen=True)
+class TaskEnv:
+    """A repository at a pinned snapshot: what a task's environment starts from."""
+
+    repo: str  # short repository name, e.g. "ledgerkit"
+    source: Path  # the snapshot's files on this machine
+    commit: str  # content hash of the snapshot (40 hex)
+    image: str | None = None  # per-repo image tag, for the docker backend
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    output: str  # stdout and stderr together, truncated to the sandbox's output limit
+    timed_out: bool
+    duration_s: float
+
+
+@dataclass
+class TestRun:
+    """One pytest run: per-test status (PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS)."""
+
+    statuses: dict[str, str]
+    log: str
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    notes: dict = field(default_factory=dict)
+
+
+class Session(abc.ABC):
+    """A live environment: the repo with patches applied, where commands run."""
+
+    @abc.abstractmethod
+    def exec(self, command: str, timeout_s: float) -> ExecResult: ...
+
+    @abc.abstractmethod
+    def diff(self) -> str:
+        """The change made since the session started, as a unified diff (git format)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sandbox(abc.ABC):
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def session(self, env: TaskEnv, patches: Sequence[str] = ()) -> Session:
+        """Start a fresh environment with `patches` applied in order (PatchError if one fails)."""
+
+    @abc.abstractmethod
+    def run_tests(self, env: TaskEnv, patches: Sequence[str] = (), tests: Sequence[str] | None = None,
+                  timeout_s: float = 120.0) -> TestRun:
+        """Run `tests` (pytest node ids; None = the whole suite) in a FRESH environment."""

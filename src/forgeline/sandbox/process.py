@@ -1,0 +1,131 @@
+"""The process backend: a temp copy of the repo on this machine, for development only.
+
+It isolates nothing but the working directory (and the network, where `unshare` can make a
+namespace). Every run says so on stderr. Use the docker backend for anything you publish.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, Session, TaskEnv, TestRun
+from forgeline.sandbox.grading import parse_pytest_log, pytest_shell
+
+OUTPUT_LIMIT = 64_000
+_warned = False
+
+
+def _can_unshare_net() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "--net", "--map-root-user", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORGELINE_", "SNAKEMAKE"))}
+    # No third-party pytest plugins (hydra's, from dvc, costs 0.8 s a run) and no bytecode files.
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", TZ="UTC", LC_ALL="C.UTF-8",
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    return env
+
+
+def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = ()) -> ExecResult:
+    """Run `command` with bash in its own process group; kill the whole group on timeout."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd, env=_clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    text = out.decode("utf-8", errors="replace")
+    if len(text) > OUTPUT_LIMIT:
+        text = text[: OUTPUT_LIMIT // 2] + "\n[... output truncated ...]\n" + text[-OUTPUT_LIMIT // 2:]
+    return ExecResult(proc.returncode if not timed_out else -9, text, timed_out,
+                      round(time.perf_counter() - t0, 4))
+
+
+def apply_patches(workdir: Path, patches: Sequence[str]) -> None:
+    for i, patch in enumerate(patches):
+        if not patch.strip():
+            continue
+        res = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=workdir,
+                             input=patch.encode(), capture_output=True)
+        if res.returncode != 0:
+            raise PatchError(i, res.stderr.decode(errors="replace"))
+
+
+def _git_init(workdir: Path) -> None:
+    """A baseline commit, so diff() can say what changed since the session began."""
+    git = ["git", "-c", "user.name=forgeline", "-c", "user.email=forgeline@localhost",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=workdir, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=workdir, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "baseline", "--allow-empty"], cwd=workdir, check=True)
+
+
+class ProcessSession(Session):
+    def __init__(self, sandbox: "ProcessSandbox", env: TaskEnv, patches: Sequence[str],
+                 track_changes: bool = True):
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"forgeline-{env.repo}-")
+        self.workdir = Path(self._tmp.name) / env.repo
+        shutil.copytree(env.source, self.workdir,
+                        ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc"))
+        self._sandbox = sandbox
+        try:
+            apply_patches(self.workdir, patches)
+            if track_changes:
+                _git_init(self.workdir)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+
+    def exec(self, command: str, timeout_s: float) -> ExecResult:
+        return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix)
+
+    def diff(self) -> str:
+        subprocess.run(["git", "add", "-A"], cwd=self.workdir, check=True)
+        return subprocess.run(["git", "diff", "--cached", "--no-color", "--binary"], cwd=self.workdir,
+                              capture_output=True, text=True, check=True).stdout
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+class ProcessSandbox(Sandbox):
+    name = "process"
+
+    def __init__(self, python: str | None = None, isolate_network: bool = True):
+        self.python = python or sys.executable
+        self.prefix: tuple[str, ...] = ()
+        if isolate_network and _can_unshare_net():
+            self.prefix = ("unshare", "--net", "--map-root-user")
+        global _warned
+        if not _warned:
+            net = "in a private network namespace" if self.prefix else "WITH network access"
+            print(f"forgeline: sandbox backend 'process' runs task code on this machine {net}; "
+                  "it is for development only (use the docker backend for real runs)",
+                  file=sys.stderr)
+            _warned = True
+
+    def session(self, env: TaskEnv, patches: Sequence[str] = ()) -> ProcessSession:
+        return ProcessSession(self, env, patches)
+
+    def run_tests(self, env: TaskEnv, patches: Sequence[str] = (), tests: Sequence[str] | None = None,
+                  timeout_s: float = 120.0) -> TestRun:
+        with ProcessSession(self, env, patches, track_changes=False) as s:
+            res = s.exec(pytest_shell(tests, self.python), timeout_s)
+        return TestRun(parse_pytest_log(res.output), res.output, res.exit_code, res.timed_out,
+                       res.duration_s)

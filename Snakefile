@@ -20,13 +20,20 @@ CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]
 ALL_REPOS = all_repos(config)
+DOCKER = config["sandbox"]["backend"] == "docker"
 
 
+def image_of(wildcards):
+    """The repo's image record, for jobs that run its tests in containers (docker backend)."""
+    return f"results/images/{wildcards.repo}.json" if DOCKER else []
+
+
+include: "rules/images.smk"
 include: "rules/tasks.smk"
 
 
 rule all:
     default_target: True
     input:
-        rules.split.output,
-        expand("results/validated/{repo}.jsonl", repo=ALL_REPOS),
+        rules.funnel.output,
+        expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),

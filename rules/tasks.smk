@@ -1,11 +1,12 @@
-# Phase 1: tasks. Bugs are generated per repository, ingested together (with any external
-# SWE-smith-format files) into one file per repository, validated per repository by running
-# tests, then split by repository.
+# Phase 1: tasks. Per repository: bugs are generated, ingested (with the records of any external
+# SWE-smith-format files that belong to it) and validated by running tests; then the pool
+# repositories are split. Per-repository jobs keep a change in one repository to its own chain.
 
 
 rule generate:
     input:
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
+        image=image_of,
         code=stage_code("forgeline.tasks.generate"),
     output:
         tasks="results/candidates/{repo}.jsonl",
@@ -25,26 +26,25 @@ rule generate:
 
 rule ingest:
     input:
-        candidates=expand("results/candidates/{repo}.jsonl", repo=ALL_REPOS),
+        candidates="results/candidates/{repo}.jsonl",
         extra=config["tasks"]["ingest"].get("extra_sources", []),
         code=stage_code("forgeline.tasks.ingest"),
     output:
-        # one file per repository, so a change in one repo's tasks reruns only its validation
-        tasks=expand("results/tasks/{repo}.jsonl", repo=ALL_REPOS),
-        rejections="results/tasks/rejections.jsonl",
-        report="results/tasks/ingest-report.json",
-        manifest="results/tasks/ingest.manifest.json",
+        tasks="results/tasks/{repo}.jsonl",
+        rejections="results/tasks/{repo}.rejections.jsonl",
+        report="results/tasks/{repo}.report.json",
+        manifest="results/tasks/{repo}.manifest.json",
     params:
-        conf=params_of(config, "repos", "tasks.ingest"),
+        conf=params_of(config, "tasks.ingest"),
     log:
-        "logs/ingest.log",
+        "logs/ingest/{repo}.log",
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
     shell:
-        "forgeline ingest {CONFIG} --sources {input.candidates}"
-        " --out-dir results/tasks --rejections {output.rejections} --report {output.report}"
+        "forgeline ingest {CONFIG} --repo {wildcards.repo} --sources {input.candidates}"
+        " --out {output.tasks} --rejections {output.rejections} --report {output.report}"
         " --manifest {output.manifest} --log {log}"
 
 
@@ -52,6 +52,7 @@ rule validate:
     input:
         tasks="results/tasks/{repo}.jsonl",
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
+        image=image_of,
         code=stage_code("forgeline.tasks.validate"),
     output:
         tasks="results/validated/{repo}.jsonl",
@@ -75,6 +76,7 @@ rule validate:
 rule split:
     input:
         tasks=expand("results/validated/{repo}.jsonl", repo=POOL),
+        frozen=config["tasks"]["split"].get("frozen_manifest") or [],
         code=stage_code("forgeline.tasks.split"),
     output:
         train="results/split/train.jsonl",
@@ -93,3 +95,28 @@ rule split:
     shell:
         "forgeline split {CONFIG} --tasks {input.tasks} --out-dir results/split"
         " --manifest {output.manifest} --log {log}"
+
+
+rule funnel:
+    input:
+        ingest=expand("results/tasks/{repo}.report.json", repo=ALL_REPOS),
+        validate=expand("results/validated/{repo}.report.json", repo=ALL_REPOS),
+        split="results/split/split.json",
+        extra=config["tasks"]["ingest"].get("extra_sources", []),
+        code=stage_code("forgeline.tasks.funnel"),
+    output:
+        funnel="results/tasks/funnel.json",
+        unattributed="results/tasks/unattributed.jsonl",
+        manifest="results/tasks/funnel.manifest.json",
+    params:
+        conf=params_of(config, "repos", "tasks.ingest"),
+    log:
+        "logs/funnel.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "forgeline funnel {CONFIG} --ingest-reports {input.ingest}"
+        " --validate-reports {input.validate} --split {input.split} --out {output.funnel}"
+        " --unattributed {output.unattributed} --manifest {output.manifest} --log {log}"

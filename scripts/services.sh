@@ -53,10 +53,12 @@ docker_up() {
 }
 
 start_docker() {
+  # mmdebstrap: the sandbox's base image is built offline from Debian's packages
+  local missing=()
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  docker_up || command -v dockerd >/dev/null || missing+=(docker.io)
+  [ ${#missing[@]} = 0 ] || apt_install "${missing[@]}"
   if docker_up; then log "docker: engine already answers at unix://$DOCKER_SOCK"; return 0; fi
-  if ! command -v dockerd >/dev/null; then
-    apt_install docker.io
-  fi
   local pid; pid=$(recorded_pid dockerd)
   if alive "$pid"; then
     log "docker: dockerd (pid $pid) is starting; waiting"
@@ -102,6 +104,7 @@ storage:
     enabled: true
 http:
   addr: $REGISTRY_ADDR
+  secret: forgeline-local-only
 EOF
   local pid; pid=$(recorded_pid registry)
   if ! alive "$pid"; then

@@ -24,6 +24,9 @@ STAGES: dict[str, tuple[str, str]] = {
     "ingest": ("forgeline.tasks.ingest", "read SWE-smith-format files; report every rejection"),
     "validate": ("forgeline.tasks.validate", "run the validation checks for one repository"),
     "split": ("forgeline.tasks.split", "repository-disjoint split with its semantic digest"),
+    "funnel": ("forgeline.tasks.funnel", "count tasks at each step; account for unattributed records"),
+    "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
+    "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),
 }
 TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),

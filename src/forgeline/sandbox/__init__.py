@@ -5,15 +5,17 @@ from forgeline.sandbox.base import (ExecResult, PatchError, Sandbox, SandboxErro
                                     TestRun)
 
 
-def get_sandbox(backend: str, **options) -> Sandbox:
-    """The backend named in config: `process` (development) or `docker`."""
-    if backend == "process":
+def get_sandbox(backend: str | dict) -> Sandbox:
+    """The backend the config's `sandbox` section names (or a bare backend name, with defaults):
+    `docker` (isolated containers) or `process` (development only)."""
+    section = {"backend": backend} if isinstance(backend, str) else backend
+    if section["backend"] == "process":
         from forgeline.sandbox.process import ProcessSandbox
-        return ProcessSandbox(**options)
-    if backend == "docker":
+        return ProcessSandbox()
+    if section["backend"] == "docker":
         from forgeline.sandbox.docker import DockerSandbox
-        return DockerSandbox(**options)
-    raise ValueError(f"unknown sandbox backend {backend!r} (use 'docker' or 'process')")
+        return DockerSandbox.from_config(section)
+    raise ValueError(f"unknown sandbox backend {section['backend']!r} (use 'docker' or 'process')")
 
 
 __all__ = ["ExecResult", "PatchError", "Sandbox", "SandboxError", "Session", "TaskEnv", "TestRun",

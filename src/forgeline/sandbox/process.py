@@ -6,6 +6,7 @@ namespace). Every run says so on stderr. Use the docker backend for anything you
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, Session, Tas
 from forgeline.sandbox.grading import parse_pytest_log, pytest_shell
 
 OUTPUT_LIMIT = 64_000
+MEMORY_LIMIT_BYTES = 2 << 30  # address space per task process: a runaway mutation dies, not the host
 _warned = False
 
 
@@ -37,12 +39,16 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+
+
 def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = ()) -> ExecResult:
     """Run `command` with bash in its own process group; kill the whole group on timeout."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd, env=_clean_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_limit_memory)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout_s)

@@ -24,10 +24,15 @@ Rejection categories (stable keys, counted in the report):
     empty_problem_statement  nothing to pose to an agent
     empty_fail_to_pass       no test shows the bug
     duplicate                an instance_id already accepted (the first accepted one wins)
+    invalid                  the check itself failed unexpectedly (a schema bug; logged)
+
+NaN/Infinity are rejected as bad_json: the outputs are strict canonical JSON.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import logging
 import re
@@ -38,7 +43,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 from forgeline.config import ConfigError
 from forgeline.provenance import Manifest, stage_sources, write_json, write_jsonl
-from forgeline.tasks.schema import InstanceError, normalize_instance
+from forgeline.tasks.schema import InstanceError, normalize_instance, repo_key
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +53,47 @@ _SURROGATE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of non-
 _SKIP_CHUNK = 1 << 20  # bytes read at a time while skipping an over-long line
 
 
+class _NotStrictJSON(ValueError):
+    pass
+
+
+def _no_nan(name: str) -> float:
+    raise _NotStrictJSON(f"{name} is not valid JSON")
+
+
+# Python's json accepts NaN/Infinity; the canonical outputs must stay strict JSON
+_DECODER = json.JSONDecoder(parse_constant=_no_nan)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic GC while building many acyclic objects (JSON records): it would rescan
+    every record built so far, ~40% of the time of ingesting 60k instances."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def rejection(source: str, line: int, category: str, reason: str,
-              instance_id: str | None = None) -> dict:
+              instance_id: str | None = None, repo: str | None = None) -> dict:
     """One rejection record (the format of rejections.jsonl)."""
-    return {"source": source, "line": line, "instance_id": instance_id, "category": category,
-            "reason": reason}
+    return {"source": source, "line": line, "instance_id": instance_id, "repo": repo,
+            "category": category, "reason": reason}
 
 
 def _known_id(record: object) -> str | None:
     if isinstance(record, dict) and isinstance(record.get("instance_id"), str):
         return record["instance_id"]
+    return None
+
+
+def _known_repo(record: object) -> str | None:
+    if isinstance(record, dict) and isinstance(record.get("repo"), str) and record["repo"].strip():
+        return repo_key(record["repo"])
     return None
 
 
@@ -81,7 +117,8 @@ def detect_format(head: bytes) -> str:
     return "json_array" if stripped.startswith(b"[") else "jsonl"
 
 
-def iter_lines(stream: BinaryIO, max_record_bytes: int) -> Iterator[tuple[int, bytes | None, int, bool]]:
+def iter_lines(stream: BinaryIO,
+               max_record_bytes: int) -> Iterator[tuple[int, bytes | None, int, bool]]:
     """Yield (line number, content, size in bytes, ended with a newline) for each line.
 
     The content has its line ending (LF or CRLF) removed. A line longer than max_record_bytes
@@ -106,7 +143,7 @@ def iter_lines(stream: BinaryIO, max_record_bytes: int) -> Iterator[tuple[int, b
             continue
         size, terminated = len(chunk), False
         while True:  # over-long: skip to the end of the line without keeping it
-            rest = stream.readline(_SKIP_CHUNK)
+            rest = stream.readline(min(limit, _SKIP_CHUNK))
             if not rest:
                 break
             if rest.endswith(b"\n"):
@@ -139,7 +176,10 @@ def read_jsonl(source: str, stream: BinaryIO, max_record_bytes: int) -> SourceRe
             continue
         try:
             text = content.decode("utf-8")
-            record = json.loads(text)
+            record = _DECODER.decode(text)
+        except _NotStrictJSON as exc:
+            out.rejections.append(rejection(source, lineno, "bad_json", f"not JSON: {exc}"))
+            continue
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             detail = (_utf8_error(exc) if isinstance(exc, UnicodeDecodeError)
                       else f"not JSON: {exc.msg} at column {exc.colno}")
@@ -172,7 +212,7 @@ def read_json_array(source: str, data: bytes, max_record_bytes: int) -> SourceRe
     if data.startswith(BOM):
         data = data[len(BOM):]
     text = data.decode("utf-8", "surrogateescape")
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     spans: list[tuple[int, int, object]] = []
     try:
         pos = _skip_ws(text, 0)
@@ -201,6 +241,13 @@ def read_json_array(source: str, data: bytes, max_record_bytes: int) -> SourceRe
         pos = _skip_ws(text, pos)
         if pos != len(text):
             raise json.JSONDecodeError("Extra data after the array", text, pos)
+    except _NotStrictJSON as exc:
+        line = text.count("\n", 0, pos) + 1
+        out.rejections.append(rejection(
+            source, line, "bad_json_file",
+            f"JSON array file is not valid JSON: {exc} in the record at line {line}; none of "
+            f"its records were ingested"))
+        return out
     except json.JSONDecodeError as exc:
         out.rejections.append(rejection(
             source, exc.lineno, "bad_json_file",
@@ -285,7 +332,14 @@ def ingest(reads: Iterable[SourceRead]) -> IngestResult:
             try:
                 inst = normalize_instance(record)
             except InstanceError as exc:
-                found.append(rejection(read.source, line, exc.category, str(exc), _known_id(record)))
+                found.append(rejection(read.source, line, exc.category, str(exc),
+                                       _known_id(record), _known_repo(record)))
+                continue
+            except Exception as exc:  # a schema bug must not crash ingestion nor drop the record
+                log.warning("%s:%d: normalize_instance raised %r", read.source, line, exc)
+                found.append(rejection(read.source, line, "invalid",
+                                       f"could not check the record: {type(exc).__name__}: {exc}",
+                                       _known_id(record), _known_repo(record)))
                 continue
             iid = inst["instance_id"]
             if iid in accepted:
@@ -294,7 +348,7 @@ def ingest(reads: Iterable[SourceRead]) -> IngestResult:
                 found.append(rejection(
                     read.source, line, "duplicate",
                     f"duplicate instance_id; first seen at {first_src}:{first_line} "
-                    f"({same} content); the first wins", iid))
+                    f"({same} content); the first wins", iid, repo_key(inst["repo"])))
                 continue
             accepted[iid] = (read.source, line, inst)
             stats["accepted"] += 1
@@ -320,7 +374,8 @@ def ingest_files(paths: Iterable[str | Path], max_record_bytes: int) -> IngestRe
         for path in paths:
             with open(path, "rb") as f:
                 yield read_source(str(path), f, max_record_bytes)
-    return ingest(reads())
+    with _gc_paused():
+        return ingest(reads())
 
 
 def summary_line(report: dict) -> str:
@@ -332,9 +387,36 @@ def summary_line(report: dict) -> str:
 
 # -- the stage -----------------------------------------------------------------------------
 
+def for_repo(result: IngestResult, repo: str, own_sources: Iterable[str]) -> IngestResult:
+    """The part of an ingest result that belongs to one repository's job.
+
+    A job keeps the accepted instances of its repository, the rejections that name it, and
+    every rejection from its own sources (its generated candidates) whatever they name. The
+    report also counts what it leaves to other jobs; `forgeline funnel` accounts for records
+    that belong to no configured repository, so none is dropped silently.
+    """
+    own = set(own_sources)
+    accepted = [inst for inst in result.accepted if repo_key(inst["repo"]) == repo]
+    rejections = [r for r in result.rejections if r["repo"] == repo or r["source"] in own]
+    by_category = Counter(r["category"] for r in rejections)
+    others = Counter(repo_key(inst["repo"]) for inst in result.accepted
+                     if repo_key(inst["repo"]) != repo)
+    report = {
+        "repo": repo,
+        "sources": result.report["sources"],
+        "accepted": len(accepted),
+        "rejected": len(rejections),
+        "rejected_by_category": dict(sorted(by_category.items())),
+        "left_to_other_repos": dict(sorted(others.items())),
+        "repos": 1 if accepted else 0,
+    }
+    return IngestResult(accepted, rejections, report)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True, help="the repository whose tasks this job keeps")
     parser.add_argument("--sources", nargs="*", default=[], metavar="FILE",
-                        help="SWE-smith-format files (JSONL or JSON array); "
+                        help="this repository's SWE-smith-format files (JSONL or JSON array); "
                              "tasks.ingest.extra_sources are added after them")
     parser.add_argument("--out", required=True, help="accepted instances (JSONL)")
     parser.add_argument("--rejections", required=True, help="one rejection record per line")
@@ -353,18 +435,18 @@ def run(cfg, args: argparse.Namespace) -> None:
     if missing:
         where = " (listed in tasks.ingest.extra_sources)" if set(missing) & set(extra) else ""
         raise ConfigError(f"ingest: source file(s) not found{where}: {', '.join(missing)}")
-    manifest = Manifest(stage="ingest", params=section, inputs=sources,
-                        code=stage_sources(__name__))
+    manifest = Manifest(stage="ingest", params={"repo": args.repo, "tasks.ingest": section},
+                        inputs=sources, code=stage_sources(__name__))
     with manifest.timed("ingest"):
-        result = ingest_files(sources, int(section["max_record_bytes"]))
+        result = for_repo(ingest_files(sources, int(section["max_record_bytes"])), args.repo,
+                          args.sources)
     for src, stats in result.report["sources"].items():
         if not stats["records"]:
             log.warning("%s: no records", src)
-    with manifest.timed("write"):
+    with manifest.timed("write"), _gc_paused():
         write_jsonl(args.out, result.accepted)
         write_jsonl(args.rejections, result.rejections)
         write_json(args.report, result.report)
-    manifest.notes = {k: result.report[k]
-                      for k in ("records", "accepted", "rejected", "rejected_by_category", "repos")}
+    manifest.notes = {k: result.report[k] for k in ("accepted", "rejected", "rejected_by_category")}
     manifest.write(args.manifest, outputs=[args.out, args.rejections, args.report])
-    log.info("%s", summary_line(result.report))
+    log.info("%s: %s", args.repo, summary_line(result.report))

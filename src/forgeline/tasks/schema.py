@@ -40,7 +40,9 @@ def _as_test_list(value: Any, field: str) -> list[str]:
         except json.JSONDecodeError:
             raise InstanceError(f"{field}: a string that is not a JSON-encoded list",
                                 "wrong_type") from None
-    if not isinstance(value, list) or not all(isinstance(t, str) and t.strip() for t in value):
+    # C-level checks (map, set): test lists are long and there are ~60k instances upstream
+    if not isinstance(value, list) or not set(map(type, value)) <= {str} \
+            or not all(map(str.strip, value)):
         raise InstanceError(f"{field}: expected a list of pytest node ids", "wrong_type")
     return list(value)
 
@@ -56,9 +58,11 @@ def normalize_instance(record: Any) -> dict:
     for field in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         out[field] = _as_test_list(record[field], field)
     for field, typ in {**REQUIRED_FIELDS, **OPTIONAL_FIELDS}.items():
-        if field in out and out[field] is not None and not isinstance(out[field], typ):
-            raise InstanceError(f"{field}: expected {typ.__name__}, got {type(out[field]).__name__}",
-                                "wrong_type")
+        # null is allowed for optional fields only
+        if field in out and not isinstance(out[field], typ) and \
+                (field in REQUIRED_FIELDS or out[field] is not None):
+            got = "null" if out[field] is None else type(out[field]).__name__
+            raise InstanceError(f"{field}: expected {typ.__name__}, got {got}", "wrong_type")
     for field in ("instance_id", "repo", "patch", "image_name"):
         if not out[field].strip():
             raise InstanceError(f"{field}: empty", "empty_field")
@@ -86,3 +90,12 @@ def defining_fields(instance: dict) -> dict:
 def instance_id(repo: str, commit: str, bug_type: str, digest: str) -> str:
     """`<repo>.<commit8>.<bugtype>__<hash8>`, SWE-smith's naming."""
     return f"{repo}.{commit[:8]}.{bug_type}__{digest[:8]}"
+
+
+def repo_key(repo: str) -> str:
+    """The repository's short name, which names its snapshot folder, image and jobs.
+
+    SWE-smith writes `repo` as `owner/name` or `swesmith/owner__name.commit8`; forgeline's own
+    bugs use the bare folder name. All three map to the last path component.
+    """
+    return repo.rstrip("/").rsplit("/", 1)[-1]

@@ -106,7 +106,8 @@ def add_arguments(parser) -> None:
 
 def run(cfg, args) -> None:
     config_files = [str(f) for f in cfg.files]
-    text = render(snakemake_jobs(args.snakefile.resolve(), config_files), config_files)
+    jobs = snakemake_jobs(args.snakefile.resolve(), config_files)
+    text = render(jobs, config_files)
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
@@ -114,4 +115,4 @@ def run(cfg, args) -> None:
         log.info("%s is up to date", args.out)
         return
     write_text(args.out, text)
-    log.info("wrote %s (%d stages)", args.out, text.count("\n  cmd:") or len(text.splitlines()))
+    log.info("wrote %s (%d stages)", args.out, len(jobs))

@@ -30,8 +30,8 @@ class CronExpression:
         self.text = source
         values = [parse_field(part, spec) for part, spec in zip(parts, SPECS)]
         self.minutes, self.hours, self.days, self.months, self.weekdays = values
-        self.day_restricted = parts[2] != "*"
-        self.weekday_restricted = parts[4] != "*"
+        self.day_restricted = not parts[2].startswith("*")
+        self.weekday_restricted = not parts[4].startswith("*")
 
     def __repr__(self):
         return f"CronExpression({self.text!r})"

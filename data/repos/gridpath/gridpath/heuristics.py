@@ -2,9 +2,6 @@
 
 import math
 
-SQRT2 = math.sqrt(2)
-
-
 def manhattan(a, b):
     """Sum of absolute coordinate differences."""
     return abs(a[0] - b[0]) + abs(a[1] - b[1])

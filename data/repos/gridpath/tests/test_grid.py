@@ -12,6 +12,7 @@ def test_from_text_strips_and_skips_blank_lines():
     """)
     assert grid.rows == ["S.#", "..G"]
     assert (grid.height, grid.width) == (2, 3)
+    assert grid.diagonal is False
 
 
 def test_empty_grid_rejected():
@@ -26,12 +27,18 @@ def test_ragged_rows_rejected():
         Grid(["...", ".."])
 
 
-@pytest.mark.parametrize("pos,expected", [
-    ((0, 0), True), ((2, 3), True), ((3, 0), False), ((0, 4), False),
-    ((-1, 0), False), ((0, -1), False),
-])
-def test_in_bounds(pos, expected):
-    assert Grid(["....", "....", "...."]).in_bounds(pos) is expected
+def test_in_bounds_inside():
+    grid = Grid(["....", "....", "...."])
+    assert grid.in_bounds((0, 0)) is True
+    assert grid.in_bounds((2, 3)) is True
+
+
+def test_in_bounds_outside():
+    grid = Grid(["....", "....", "...."])
+    assert grid.in_bounds((3, 0)) is False
+    assert grid.in_bounds((0, 4)) is False
+    assert grid.in_bounds((-1, 0)) is False
+    assert grid.in_bounds((0, -1)) is False
 
 
 def test_cell_out_of_bounds():

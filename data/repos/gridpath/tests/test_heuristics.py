@@ -18,11 +18,13 @@ def test_chebyshev():
 def test_euclidean():
     assert euclidean((0, 0), (3, 4)) == 5.0
     assert math.isclose(euclidean((1, 1), (2, 2)), math.sqrt(2))
+    assert euclidean((1, 2), (4, 6)) == 5.0
 
 
 def test_octile_default_cost():
     assert octile((0, 0), (3, 4)) == 5.5
     assert octile((0, 0), (0, 4)) == 4
+    assert octile((1, 2), (4, 6)) == 5.5
 
 
 def test_octile_custom_cost():

@@ -49,6 +49,7 @@ def test_path_cost_matches_search():
 
 def test_turns():
     assert turns([(0, 0), (0, 1), (0, 2)]) == 0
+    assert turns([(1, 0), (2, 0), (3, 0)]) == 0
     assert turns([(0, 0), (0, 1), (1, 1), (1, 2)]) == 2
     assert turns([(0, 0)]) == 0
     assert turns([]) == 0

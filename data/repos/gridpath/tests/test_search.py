@@ -165,3 +165,27 @@ def test_maze_long_route_when_bottom_blocked():
     maze = Grid(rows)
     assert bfs(maze, (0, 0), (4, 9)).steps == 27
     assert astar(maze, (0, 0), (4, 9)).cost == 27
+
+
+def test_bfs_expanded_count():
+    corridor = Grid(["S...G"])
+    assert bfs(corridor, (0, 0), (0, 4)).expanded == 5
+    assert bfs(corridor, (0, 0), (0, 0)).expanded == 1
+
+
+def test_ties_broken_in_insertion_order():
+    grid = Grid(["..", ".."])
+    assert dijkstra(grid, (0, 0), (1, 1)).path == [(0, 0), (0, 1), (1, 1)]
+    assert bfs(grid, (0, 0), (1, 1)).path == [(0, 0), (0, 1), (1, 1)]
+
+
+def test_tie_break_prefers_earlier_neighbour_direction():
+    grid = Grid(["...", "...", "..."])
+    assert dijkstra(grid, (1, 1), (2, 0)).path == [(1, 1), (2, 1), (2, 0)]
+
+
+def test_dijkstra_expands_each_cell_once():
+    grid = Grid(["S9..........", "............"])
+    result = dijkstra(grid, (0, 0), (0, 11))
+    assert result.cost == 13
+    assert result.expanded == 24

@@ -111,3 +111,10 @@ def test_ordering_and_hash():
     ]
     assert len({Interval(1, 2), Interval(1, 2), Interval(2, 3)}) == 2
     assert Interval(1, 2) != (1, 2)
+
+
+def test_equality_needs_both_ends():
+    assert Interval(1, 2) == Interval(1, 2)
+    assert Interval(1, 2) != Interval(1, 3)
+    assert Interval(1, 2) != Interval(0, 2)
+    assert not (Interval(1, 2) < Interval(1, 2))

@@ -16,6 +16,12 @@ def test_discrete_merges_neighbours():
     assert S((1, 3), (4, 6), discrete=True).pairs() == [(1, 6)]
 
 
+def test_from_pairs_defaults_to_continuous():
+    s = IntervalSet.from_pairs([(1, 3), (4, 6)])
+    assert s.discrete is False
+    assert s.pairs() == [(1, 3), (4, 6)]
+
+
 def test_empty_set():
     empty = IntervalSet()
     assert not empty
@@ -25,8 +31,13 @@ def test_empty_set():
     assert empty.measure() == 0
 
 
+def test_intervals_property():
+    assert S((4, 5), (1, 3)).intervals == (Interval(1, 3), Interval(4, 5))
+
+
 def test_equality_and_repr():
     assert S((1, 2), (2, 3)) == S((1, 3))
+    assert S((1, 2)) != [(1, 2)]
     assert S((1, 3)) != S((1, 3), discrete=True)
     assert repr(S((1, 3))) == "IntervalSet([(1, 3)], discrete=False)"
 
@@ -43,9 +54,13 @@ def test_union():
     assert S((1, 3), (10, 12)).union(S((2, 5), (7, 8))).pairs() == [(1, 5), (7, 8), (10, 12)]
 
 
-def test_union_mixed_modes_rejected():
+def test_mixed_modes_rejected():
     with pytest.raises(ValueError):
         S((1, 3)).union(S((1, 3), discrete=True))
+    with pytest.raises(ValueError):
+        S((1, 3)).intersection(S((1, 3), discrete=True))
+    with pytest.raises(ValueError):
+        S((1, 3), discrete=True).difference(S((1, 3)))
 
 
 def test_intersection():
@@ -145,7 +160,7 @@ def test_nearest():
     assert s.nearest(5) == 6
     assert s.nearest(4) == 2
     assert s.nearest(100) == 8
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty set"):
         IntervalSet().nearest(1)
 
 

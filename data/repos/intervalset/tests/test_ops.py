@@ -45,6 +45,7 @@ def test_total_length():
 def test_max_overlap():
     assert max_overlap([(1, 5), (2, 6), (4, 8), (7, 9)]) == 3
     assert max_overlap([(1, 2), (3, 4)]) == 1
+    assert max_overlap([(1, 2), (3, 4), (3, 5)]) == 2
     assert max_overlap([]) == 0
 
 

@@ -92,7 +92,8 @@ class Ledger:
         """List of (date, balance cents) after each entry touching the account."""
         account = self.chart.get(code)
         history = []
-        debits = credits = 0
+        debits = 0
+        credits = 0
         for entry in sorted(self.entries, key=lambda e: e.date):
             touched = False
             for line in entry.lines:

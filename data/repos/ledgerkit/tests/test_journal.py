@@ -54,7 +54,15 @@ def test_single_line_entry_not_balanced():
 
 
 def test_two_line_entry_validates():
-    simple_entry(D, 1000, 3000, 250).validate()
+    entry = simple_entry(D, 1000, 3000, 250)
+    assert entry.is_balanced() is True
+    entry.validate()
+
+
+def test_empty_entry_not_balanced():
+    assert JournalEntry(D).is_balanced() is False
+    with pytest.raises(UnbalancedEntryError, match="at least two lines"):
+        JournalEntry(D).validate()
 
 
 def test_entry_accounts_sorted_distinct():

@@ -139,3 +139,12 @@ def test_empty_ledger():
     assert ledger.trial_balance() == []
     assert ledger.is_in_balance() is True
     assert ledger.running_balance(1000) == []
+
+
+def test_trial_balance_keeps_one_cent_balances():
+    chart = Chart()
+    chart.add(1000, "Cash")
+    chart.add(3000, "Capital")
+    ledger = Ledger(chart)
+    ledger.post(simple_entry(date(2024, 1, 1), 1000, 3000, "0.01"))
+    assert ledger.trial_balance() == [(1000, 1, 0), (3000, 0, 1)]

@@ -48,6 +48,7 @@ def test_format_cents_thousands():
 
 def test_format_cents_small_and_negative():
     assert format_cents(7) == "$0.07"
+    assert format_cents(0) == "$0.00"
     assert format_cents(-250, symbol="EUR ") == "-EUR 2.50"
 
 
@@ -63,9 +64,11 @@ def test_allocate_leftover_goes_first():
 def test_allocate_weighted():
     assert allocate(1000, [3, 1]) == [750, 250]
     assert sum(allocate(999, [2, 5, 3])) == 999
+    assert allocate(5, [1]) == [5]
 
 
-@pytest.mark.parametrize("weights", [[], [0, 0]])
-def test_allocate_invalid_weights(weights):
-    with pytest.raises(ValueError):
-        allocate(100, weights)
+def test_allocate_invalid_weights():
+    with pytest.raises(ValueError, match="must not be empty"):
+        allocate(100, [])
+    with pytest.raises(ValueError, match="positive"):
+        allocate(100, [0, 0])

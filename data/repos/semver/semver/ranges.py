@@ -35,7 +35,7 @@ def _parse_partial(text):
     """Parse '1', '1.2', '1.2.x' into (numbers, prerelease) with None for wildcards."""
     pre = ()
     if "-" in text:
-        text, pre_text = text.split("-", 1)
+        text, _, pre_text = text.partition("-")
         pre = tuple(pre_text.split("."))
     pieces = text.split(".")
     if len(pieces) > 3 or not text:
@@ -49,6 +49,9 @@ def _parse_partial(text):
         else:
             raise InvalidRange("bad version part %r" % piece)
     numbers += [None] * (3 - len(numbers))
+    if None in numbers:
+        cut = numbers.index(None)
+        numbers[cut:] = [None] * (3 - cut)
     return numbers, pre
 
 
@@ -62,8 +65,8 @@ def _upper_for_wildcard(numbers):
 def _expand_plain(operator, numbers, pre):
     major, minor, patch = numbers
     if major is None:
-        return [] if operator in ("", "=", ">=", "<=") else [Comparator("<", Version(0, 0, 0))]
-    if patch is not None and minor is not None:
+        return []
+    if patch is not None:
         return [Comparator(operator or "=", Version(major, minor, patch, pre))]
     low = Version(major, minor or 0, 0)
     high = _upper_for_wildcard(numbers)
@@ -122,13 +125,14 @@ def parse_comparator(token):
 
 def _parse_hyphen(low_text, high_text):
     low_numbers, low_pre = _parse_partial(low_text)
-    low = Version(low_numbers[0] or 0, low_numbers[1] or 0, low_numbers[2] or 0, low_pre)
+    major, minor, patch = (n or 0 for n in low_numbers)
+    comparators = [Comparator(">=", Version(major, minor, patch, low_pre))]
     high_numbers, high_pre = _parse_partial(high_text)
-    if high_numbers[2] is not None and high_numbers[1] is not None:
-        upper = Comparator("<=", Version(high_numbers[0], high_numbers[1], high_numbers[2], high_pre))
-    else:
-        upper = Comparator("<", _upper_for_wildcard(high_numbers))
-    return [Comparator(">=", low), upper]
+    if high_numbers[2] is not None:
+        comparators.append(Comparator("<=", Version(*high_numbers, prerelease=high_pre)))
+    elif high_numbers[0] is not None:
+        comparators.append(Comparator("<", _upper_for_wildcard(high_numbers)))
+    return comparators
 
 
 def parse_range(text):

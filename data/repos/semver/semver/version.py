@@ -87,11 +87,11 @@ class Version:
             value = value[1:]
         build = ()
         if "+" in value:
-            value, build_text = value.split("+", 1)
+            value, _, build_text = value.partition("+")
             build = _check_identifiers(build_text, True)
         prerelease = ()
         if "-" in value:
-            value, pre_text = value.split("-", 1)
+            value, _, pre_text = value.partition("-")
             prerelease = _check_identifiers(pre_text, False)
         numbers = value.split(".")
         if len(numbers) != 3:

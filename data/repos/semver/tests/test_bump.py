@@ -46,6 +46,7 @@ def test_bump_prerelease_from_release():
 def test_bump_prerelease_increments_counter():
     assert str(bump_prerelease(parse("1.2.4-rc.0"))) == "1.2.4-rc.1"
     assert str(bump_prerelease(parse("1.2.4-rc.9"))) == "1.2.4-rc.10"
+    assert str(bump_prerelease(parse("1.2.4-rc.x.3"))) == "1.2.4-rc.x.4"
 
 
 def test_bump_prerelease_appends_counter():

@@ -19,11 +19,15 @@ def _strs(comparators):
 def test_comparator_operators():
     assert satisfies("1.2.3", ">=1.2.3") is True
     assert satisfies("1.2.3", ">1.2.3") is False
+    assert satisfies("1.2.4", ">1.2.3") is True
+    assert satisfies("1.2.2", "<=1.2.3") is True
+    assert satisfies("1.2.4", "<=1.2.3") is False
     assert satisfies("1.2.3", "<=1.2.3") is True
     assert satisfies("1.2.3", "<1.2.3") is False
     assert satisfies("1.2.3", "=1.2.3") is True
     assert satisfies("1.2.3", "1.2.3") is True
     assert satisfies("1.2.4", "1.2.3") is False
+    assert satisfies("1.2.3", "v1.2.3") is True
 
 
 def test_expand_caret_major():
@@ -63,6 +67,12 @@ def test_parse_comparator_wildcard_with_operator():
 def test_parse_comparator_star_is_unbounded():
     assert parse_comparator("*") == []
     assert parse_comparator("^*") == []
+    assert parse_comparator(">=x") == []
+
+
+def test_parse_comparator_wildcard_truncates_rest():
+    assert _strs(parse_comparator("1.x.3")) == [">=1.0.0", "<2.0.0"]
+    assert _strs(parse_comparator("^1.x")) == [">=1.0.0", "<2.0.0"]
 
 
 @pytest.mark.parametrize("bad", ["1.2.3.4", ">=abc", "^", "1.y"])
@@ -79,6 +89,8 @@ def test_parse_range_alternatives():
 def test_parse_range_hyphen():
     assert [_strs(s) for s in parse_range("1.2 - 2.3.4")] == [[">=1.2.0", "<=2.3.4"]]
     assert [_strs(s) for s in parse_range("1.2.3 - 2")] == [[">=1.2.3", "<3.0.0"]]
+    assert [_strs(s) for s in parse_range("0.0 - 1.2.3")] == [[">=0.0.0", "<=1.2.3"]]
+    assert [_strs(s) for s in parse_range("1.5.0 - *")] == [[">=1.5.0"]]
 
 
 @pytest.mark.parametrize(
@@ -88,6 +100,7 @@ def test_parse_range_hyphen():
         ("2.0.0", "^1.2.3", False),
         ("1.2.2", "^1.2.3", False),
         ("0.2.9", "^0.2.3", True),
+        ("0.1.9", "^0.1.3", True),
         ("0.3.0", "^0.2.3", False),
         ("0.0.4", "^0.0.3", False),
         ("1.2.9", "~1.2.3", True),
@@ -97,6 +110,7 @@ def test_parse_range_hyphen():
         ("2.4.9", "<2.0.0 || >=2.5.0", False),
         ("1.5.0", "1.2.3 - 1.5.0", True),
         ("1.5.1", "1.2.3 - 1.5.0", False),
+        ("3.0.0", "^1.x", False),
     ],
 )
 def test_satisfies_table(version, spec, expected):

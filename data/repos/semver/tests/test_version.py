@@ -38,7 +38,8 @@ def test_str_round_trip():
 
 @pytest.mark.parametrize(
     "text",
-    ["1.2", "1.2.3.4", "01.2.3", "1.2.3-01", "1.2.3-", "1.2.3-a..b", "a.b.c", "1.2.3+", "1.2.3-a$b"],
+    ["1.2", "1.2.3.4", "01.2.3", "1.2.3-01", "1.2.3-", "1.2.3-a..b", "a.b.c", "1.2.3+",
+     "1.2.3-a$b"],
 )
 def test_invalid_versions(text):
     with pytest.raises(InvalidVersion):
@@ -47,6 +48,11 @@ def test_invalid_versions(text):
 
 def test_build_allows_leading_zero():
     assert parse("1.2.3+001").build == ("001",)
+
+
+def test_version_defaults():
+    assert str(Version(3)) == "3.0.0"
+    assert Version(2, 1) == parse("2.1.0")
 
 
 def test_negative_numbers_rejected():
@@ -69,11 +75,15 @@ def test_compare_core_parts():
     assert parse("1.2.3") < parse("1.3.0")
     assert parse("1.9.9") < parse("2.0.0")
     assert parse("1.10.0") > parse("1.9.0")
+    assert parse("1.2.3").compare(parse("1.3.0")) == -1
+    assert parse("1.3.0").compare(parse("1.2.3")) == 1
 
 
 def test_compare_equal_ignores_build():
     assert parse("1.2.3+a") == parse("1.2.3+b")
     assert parse("1.2.3").compare(parse("1.2.3")) == 0
+    assert (parse("1.2.3") < parse("1.2.3+b")) is False
+    assert parse("1.2.3") <= parse("1.2.3+b")
 
 
 def test_hash_ignores_build():

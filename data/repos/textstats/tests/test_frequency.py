@@ -33,6 +33,10 @@ def test_top_words_skip_stopwords_ties_alphabetical():
     assert top_words("zeta beta beta alpha zeta", 2, skip_stopwords=True) == [("beta", 2), ("zeta", 2)]
 
 
+def test_top_words_default_three():
+    assert len(top_words(TEXT)) == 3
+
+
 def test_top_words_edge_cases():
     assert top_words(TEXT, 0) == []
     assert top_words("", 3) == []
@@ -60,11 +64,13 @@ def test_ngram_counts():
 
 def test_top_ngrams():
     assert top_ngrams(TEXT, 2, k=2) == [(("and", "the"), 2), (("bat", "sat"), 1)]
+    assert len(top_ngrams(TEXT, 2)) == 3
 
 
 def test_char_ngrams():
     assert char_ngrams("abcd", 2) == ["ab", "bc", "cd"]
     assert char_ngrams("ab", 3) == []
+    assert char_ngrams("abc", 1) == ["a", "b", "c"]
 
 
 def test_char_ngrams_padded():
@@ -89,11 +95,13 @@ def test_average_word_length():
     assert average_word_length("a bb ccc") == 2.0
     assert average_word_length("hello world again") == 5.0
     assert average_word_length("ab abc") == 2.5
+    assert average_word_length("a bb bbbb") == 2.33
     assert average_word_length("") == 0.0
 
 
 def test_longest_words():
     assert longest_words("a bb cc ddd ee", 1) == ["ddd"]
+    assert longest_words("a bbb cc") == ["bbb"]
     assert longest_words("a bb cc ddd ee", 3) == ["ddd", "bb", "cc"]
     assert longest_words("", 2) == []
 

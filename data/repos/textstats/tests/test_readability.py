@@ -73,9 +73,11 @@ def test_reading_level_easy_bands():
     assert reading_level(89.99) == "easy"
     assert reading_level(80) == "easy"
     assert reading_level(75) == "fairly easy"
+    assert reading_level(70) == "fairly easy"
 
 
 def test_reading_level_harder_bands():
+    assert reading_level(69.99) == "standard"
     assert reading_level(60) == "standard"
     assert reading_level(59.5) == "fairly difficult"
     assert reading_level(50) == "fairly difficult"
@@ -89,6 +91,7 @@ def test_reading_level_very_confusing():
 
 def test_polysyllable_ratio():
     assert polysyllable_ratio(HARD) == 0.4
+    assert polysyllable_ratio("banana cat dog") == 0.3333
     assert polysyllable_ratio(EASY) == 0.0
     assert polysyllable_ratio("") == 0.0
 
@@ -101,3 +104,4 @@ def test_longest_sentence():
 def test_longest_sentence_tie_keeps_first():
     assert longest_sentence("Two words. Also two.") == "Two words."
     assert longest_sentence("") == ""
+    assert longest_sentence("42. 17.") == "42."

@@ -55,6 +55,7 @@ def test_sentences_empty_and_whitespace():
     assert sentences("") == []
     assert sentences("   \n ") == []
     assert sentences("...") == ["..."]
+    assert sentences("? What.") == ["?", "What."]
 
 
 def test_sentences_newlines():
@@ -63,6 +64,8 @@ def test_sentences_newlines():
 
 def test_count_syllables_vowel_groups():
     assert count_syllables("cat") == 1
+    assert count_syllables("apple") == 2
+    assert count_syllables("open") == 2
     assert count_syllables("reading") == 2
     assert count_syllables("beautiful") == 3
     assert count_syllables("rhythm") == 1
@@ -74,6 +77,7 @@ def test_count_syllables_silent_e():
     assert count_syllables("the") == 1
     assert count_syllables("table") == 2
     assert count_syllables("syllable") == 3
+    assert count_syllables("decorate") == 3
 
 
 def test_count_syllables_ignores_case_and_non_letters():

@@ -57,6 +57,7 @@ def test_speed_default_unit():
 
 def test_speed_in_km_per_h():
     assert speed(30, "km", 30, "min", "km/h") == pytest.approx(60.0)
+    assert speed(1, "km", 0.5, "h", "km/h") == pytest.approx(2.0)
 
 
 def test_speed_zero_duration_raises():
@@ -66,6 +67,10 @@ def test_speed_zero_duration_raises():
 
 def test_travel_time_hours():
     assert travel_time(150, "km", 60, "km/h") == pytest.approx(2.5)
+
+
+def test_travel_time_slow_rate():
+    assert travel_time(1, "km", 0.5, "km/h") == pytest.approx(2.0)
 
 
 def test_travel_time_zero_rate_raises():

@@ -75,6 +75,7 @@ def test_below_absolute_zero_raises():
 def test_convert_rounded_default_two_digits():
     assert convert_rounded(1, "in", "cm") == 2.54
     assert convert_rounded(1, "ft", "in") == 12.0
+    assert convert_rounded(1, "mi", "km") == 1.61
 
 
 def test_best_unit_picks_largest_unit_at_least_one():

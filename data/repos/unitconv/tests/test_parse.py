@@ -1,6 +1,13 @@
 import pytest
 
-from unitconv import UnknownUnitError, convert_text, format_quantity, parse_quantity, parse_sum
+from unitconv import (
+    QuantityError,
+    UnknownUnitError,
+    convert_text,
+    format_quantity,
+    parse_quantity,
+    parse_sum,
+)
 
 
 def test_parse_simple():
@@ -9,6 +16,7 @@ def test_parse_simple():
 
 def test_parse_without_space_and_alias():
     assert parse_quantity("12kilograms") == (12.0, "kg")
+    assert parse_quantity("3.5km") == (3.5, "km")
 
 
 def test_parse_negative_and_sign():
@@ -26,18 +34,21 @@ def test_parse_compound_unit():
 
 @pytest.mark.parametrize("bad", ["", "   ", "km", "3.5", "-. m"])
 def test_parse_invalid(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(QuantityError):
         parse_quantity(bad)
 
 
 def test_parse_unknown_unit():
     with pytest.raises(UnknownUnitError):
         parse_quantity("3 parsecs")
+    with pytest.raises(UnknownUnitError):
+        parse_quantity("1.2.3 m")
 
 
 def test_format_trims_zeros():
     assert format_quantity(2.5, "km") == "2.5 km"
     assert format_quantity(3.0, "m") == "3 m"
+    assert format_quantity(1.23456, "kg") == "1.23 kg"
 
 
 def test_format_rounds_to_digits():
@@ -51,6 +62,7 @@ def test_format_negative_zero():
 def test_convert_text():
     assert convert_text("2 ft", "in") == "24 in"
     assert convert_text("100 C", "F") == "212 F"
+    assert convert_text("1 mi", "km") == "1.61 km"
 
 
 def test_convert_text_compound():

@@ -41,9 +41,15 @@ def test_dimension_of_units():
     assert dimension_of("F") == "temperature"
 
 
-def test_factor_of_length():
-    assert factor_of("km") == 1000.0
-    assert factor_of("cm") == 0.01
+@pytest.mark.parametrize(
+    "unit, factor",
+    [("mm", 0.001), ("cm", 0.01), ("m", 1.0), ("km", 1000.0), ("in", 0.0254), ("ft", 0.3048),
+     ("yd", 0.9144), ("mi", 1609.344), ("mg", 0.000001), ("g", 0.001), ("kg", 1.0),
+     ("t", 1000.0), ("oz", 0.028349523125), ("lb", 0.45359237), ("ms", 0.001), ("s", 1.0),
+     ("min", 60.0), ("h", 3600.0), ("day", 86400.0), ("week", 604800.0)],
+)
+def test_factor_of_every_unit(unit, factor):
+    assert factor_of(unit) == factor
 
 
 def test_factor_of_temperature_raises():

@@ -21,7 +21,7 @@ from .convert import (
     kelvin_to_celsius,
     sum_quantities,
 )
-from .parse import convert_text, format_quantity, parse_quantity, parse_sum
+from .parse import QuantityError, convert_text, format_quantity, parse_quantity, parse_sum
 from .units import (
     DimensionError,
     UnknownUnitError,

@@ -1,7 +1,7 @@
 """Compound units such as m/s or km/h built from simple units."""
 
 from .convert import convert
-from .units import DimensionError, dimension_of, factor_of, is_temperature
+from .units import DimensionError, dimension_of, factor_of
 
 
 def split_compound(symbol):
@@ -18,10 +18,8 @@ def is_compound(symbol):
 
 
 def compound_factor(symbol):
-    """Return the factor converting a compound unit to base units."""
+    """Return the factor converting a compound unit to base units (no temperatures)."""
     num, den = split_compound(symbol)
-    if is_temperature(num) or is_temperature(den):
-        raise DimensionError("temperature cannot be used in compound units")
     return factor_of(num) / factor_of(den)
 
 

@@ -6,12 +6,16 @@ from .units import normalize_unit
 _DIGITS = "0123456789"
 
 
+class QuantityError(ValueError):
+    """Raised when a quantity string cannot be parsed."""
+
+
 def _split_number(text):
     """Split text into its leading numeric part and the remainder."""
     index = 0
     seen_digit = False
     seen_dot = False
-    if index < len(text) and text[index] in "+-":
+    if text[:1] in ("+", "-"):
         index += 1
     while index < len(text):
         char = text[index]
@@ -23,19 +27,16 @@ def _split_number(text):
             break
         index += 1
     if not seen_digit:
-        raise ValueError("no number in %r" % text)
+        raise QuantityError("no number in %r" % text)
     return text[:index], text[index:]
 
 
 def parse_quantity(text):
     """Parse '3.5 km' into (3.5, 'km'); the unit is normalised."""
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError("empty quantity")
-    number, rest = _split_number(stripped.replace(",", ""))
+    number, rest = _split_number(text.strip().replace(",", ""))
     unit = rest.strip()
     if not unit:
-        raise ValueError("missing unit in %r" % text)
+        raise QuantityError("missing unit in %r" % text)
     value = float(number)
     if is_compound(unit):
         num, den = split_compound(unit)

@@ -1,0 +1,280 @@
+"""Many episodes at once: step-synchronous generation, parallel tools, a resumable record.
+
+`rollout(pairs, engine, sandbox, cfg, ...)` runs (task, seed) pairs, at most
+`rollout.concurrency` at a time. Each round:
+
+1. every active episode's next prompt is collected (episodes that hit a limit leave here);
+2. generation: with `rollout.seeding: batch` ONE `engine.generate` call for all prompts
+   (left-padded batch in HFEngine), seeded with derive_seed(0, "batch", <instance:seed:turn of
+   every prompt, in order>); with `seeding: episode` one call per episode, seeded by the
+   episode's own `turn_seed()`, issued from threads (HFEngine serialises them on its RNG lock;
+   an OpenAIEngine serves them concurrently);
+3. the tool calls of all episodes run in parallel threads, each in its own sandbox session;
+4. finished episodes are verified in background threads (overlapping the next rounds'
+   generation) and each record is appended to the JSONL record file (flush + fsync) as soon as
+   it is ready. New episodes start as others finish.
+
+Reproducibility. `seeding: episode`: an episode is a function of (task, seed, policy, config)
+alone - the same whatever else runs, whether the rollout was restarted, and equal to
+`run_episode`. `seeding: batch` (faster for the in-process engine: one batched decode): HFEngine
+seeds one RNG per micro-batch, so a sample depends on which prompts share its batch; a rerun
+with the same pairs, concurrency and engine gives the same episodes, but a RESUMED rollout
+batches the remaining episodes differently (they are still valid samples of the policy, not the
+ones an uninterrupted run would have drawn). Wall-time limits, command time limits and
+process-backend paths can make any run differ; tool outputs have pytest's durations masked.
+
+Resuming: the record file holds one JSON line per finished episode, keyed by (instance_id,
+seed); a restarted rollout reloads it (a torn last line is dropped), checks that the records
+were made with the same agent config and policy, and runs only what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tqdm import tqdm
+
+from forgeline.agent.episode import (Episode, agent_config, config_digest, effective_context_limit,
+                                     task_env)
+from forgeline.agent.rewards import summarize
+from forgeline.policy.engine import Engine, derive_seed
+from forgeline.provenance import Manifest, canonical_json, read_jsonl, stage_sources, write_jsonl
+from forgeline.sandbox import get_sandbox
+from forgeline.sandbox.base import Sandbox, TaskEnv
+
+log = logging.getLogger(__name__)
+STAGE = "agent.rollout"
+
+
+def episode_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    return (record["instance_id"], int(record["seed"]))
+
+
+def load_records(path: str | Path) -> list[dict]:
+    """The complete records of a (possibly interrupted) record file; a torn or unreadable line
+    is dropped with a warning. A missing file gives []."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: dropping an incomplete record (an interrupted write)", path, n)
+                continue
+            if isinstance(rec, dict) and "instance_id" in rec and "seed" in rec:
+                records.append(rec)
+    return records
+
+
+class RecordFile:
+    """Append-only JSONL of finished episodes: one line each, flushed and fsynced."""
+
+    def __init__(self, path: str | Path, keep: Sequence[Mapping[str, Any]]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # rewrite without a torn tail, so new lines never glue onto half a line
+        write_jsonl(self.path, keep)
+        self._lock = threading.Lock()
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        line = canonical_json(record) + "\n"
+        with self._lock:
+            self._f.write(line)
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def rollout_key(cfg: Mapping[str, Any], policy: str) -> str:
+    """What a record file's records must agree on: the agent config and the policy name."""
+    return f"{policy}:{config_digest(cfg)}"
+
+
+def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sandbox: Sandbox,
+            cfg: Mapping[str, Any] | None = None, *, repos_root: str | Path | None = None,
+            envs: Mapping[str, TaskEnv] | None = None, record_path: str | Path | None = None,
+            tokenizer=None, policy: str = "policy", test_timeout_s: float = 120.0,
+            progress: bool = True) -> list[dict]:
+    """Run every (task, seed) pair; returns all records (resumed ones included), sorted by
+    (instance_id, seed). `envs` ({repo: TaskEnv}) or `repos_root` locates the snapshots;
+    `record_path` is the resumable JSONL (None: keep nothing on disk)."""
+    c = agent_config(cfg)
+    tok = tokenizer if tokenizer is not None else engine.tokenizer
+    keys = [(t["instance_id"], int(s)) for t, s in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate (instance_id, seed) pairs")
+    done: dict[tuple[str, int], dict] = {}
+    run_key = rollout_key(c, policy)
+    if record_path is not None:
+        for rec in load_records(record_path):
+            if rec.get("rollout_key") != run_key:
+                raise ValueError(f"{record_path}: record {episode_key(rec)} was made with another "
+                                 f"policy or agent config ({rec.get('rollout_key')} != {run_key}); "
+                                 f"delete the file or use a new one")
+            if episode_key(rec) in set(keys):
+                done[episode_key(rec)] = rec
+    todo = sorted(((t, int(s)) for t, s in pairs if (t["instance_id"], int(s)) not in done),
+                  key=lambda ts: (ts[0]["instance_id"], ts[1]))
+    env_cache: dict[str, TaskEnv] = dict(envs or {})
+
+    def env_of(task) -> TaskEnv:
+        repo = task["repo"]
+        if repo not in env_cache:
+            if repos_root is None:
+                raise ValueError(f"no environment for {repo}: pass envs= or repos_root=")
+            env_cache[repo] = task_env(task, repos_root)
+        return env_cache[repo]
+
+    context_limit = effective_context_limit(engine, c["context_limit"])
+    concurrency = max(1, int(c["rollout"]["concurrency"]))
+    per_episode = c["rollout"]["seeding"] == "episode"
+    records = dict(done)
+    sink = RecordFile(record_path, list(done.values())) if record_path is not None else None
+    bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
+               dynamic_ncols=True, disable=not progress, leave=False)
+    active: list[Episode] = []
+    started: dict[tuple[str, int], Episode] = {}  # until their record is in
+    finishing: list[concurrent.futures.Future] = []
+    queue = list(todo)
+    step = 0
+
+    def collect(block: bool) -> None:
+        ready = list(finishing) if block else [f for f in finishing if f.done()]
+        for fut in ready:
+            rec = fut.result()
+            rec["rollout_key"] = run_key
+            records[episode_key(rec)] = rec
+            started.pop(episode_key(rec), None)
+            if sink is not None:
+                sink.append(rec)
+            bar.update(1)
+            n_res = sum(r["outcome"] == "resolved" for r in records.values())
+            bar.set_postfix(resolved=n_res, active=len(active))
+        for fut in ready:
+            finishing.remove(fut)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2 * concurrency,
+                                                 thread_name_prefix="rollout")
+    try:
+        while queue or active:
+            # start new episodes (sessions open in parallel)
+            fresh = []
+            while queue and len(active) + len(fresh) < concurrency:
+                task, seed = queue.pop(0)
+                fresh.append(Episode(task, seed, tok, sandbox, env_of(task), c, policy=policy,
+                                     test_timeout_s=test_timeout_s, context_limit=context_limit))
+            started.update((ep.key, ep) for ep in fresh)
+            for fut in [pool.submit(ep.start) for ep in fresh]:
+                fut.result()
+            active.extend(fresh)
+            active.sort(key=lambda e: e.key)
+            # prompts; episodes stopped by a limit go to verification
+            prompts = []
+            for ep in list(active):
+                prompt = ep.next_prompt()
+                if prompt is None:
+                    active.remove(ep)
+                    finishing.append(pool.submit(ep.finish))
+                else:
+                    prompts.append((ep, prompt))
+            if prompts:
+                t0 = time.monotonic()
+                if per_episode:
+                    futs = [pool.submit(ep.generate, engine) for ep, _ in prompts]
+                    gens = [f.result() for f in futs]
+                else:
+                    seed = derive_seed(0, "batch", *[f"{ep.key[0]}:{ep.key[1]}:{ep.steps}" for ep, _ in prompts])
+                    gens = engine.generate([p for _, p in prompts], int(c["max_new_tokens"]),
+                                           float(c["temperature"]), float(c["top_p"]), seed=seed)
+                    dt = (time.monotonic() - t0) / len(prompts)
+                    for ep, _ in prompts:
+                        ep.timing["generate_s"] += dt
+                step += 1
+                for fut in [pool.submit(ep.advance, g) for (ep, _), g in zip(prompts, gens)]:
+                    fut.result()
+                for ep, _ in prompts:
+                    if ep.done:
+                        active.remove(ep)
+                        finishing.append(pool.submit(ep.finish))
+            collect(block=not active and not queue)
+        collect(block=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for ep in started.values():  # what an error left open
+            ep.close()
+        bar.close()
+        if sink is not None:
+            sink.close()
+    return [records[k] for k in sorted(records) if k in set(keys)]
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+def sample_seeds(root_seed: int, n: int) -> list[int]:
+    """The episode seeds of samples 0..n-1: derive_seed(root, "agent.sample", k). Two policies
+    evaluated with the same root seed get the same seeds (paired evaluation)."""
+    return [derive_seed(root_seed, "agent.sample", k) for k in range(n)]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", nargs="+", required=True, help="task JSONL file(s)")
+    parser.add_argument("--policy", help="a policy folder (HF weights + tokenizer) for the in-process engine")
+    parser.add_argument("--base-url", help="an OpenAI-compatible server instead (needs --model, --tokenizer)")
+    parser.add_argument("--model", help="the served model's name (with --base-url)")
+    parser.add_argument("--tokenizer", help="tokenizer folder (with --base-url)")
+    parser.add_argument("--name", help="the policy's name in the records (default: folder or model name)")
+    parser.add_argument("--samples", type=int, default=1, help="episodes per task (seeds 0..n-1 derived)")
+    parser.add_argument("--out", required=True, help="the sorted episode JSONL")
+    parser.add_argument("--partial", help="the resumable record (default: OUT.partial)")
+    parser.add_argument("--manifest", help="manifest path (default: OUT with .manifest.json)")
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    import torch
+
+    from forgeline.policy.engine import HFEngine, OpenAIEngine
+
+    c = agent_config(cfg.data.get("agent"))
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    if args.policy:
+        engine = HFEngine.from_pretrained(args.policy)
+        name = args.name or Path(args.policy).name
+    elif args.base_url and args.model and args.tokenizer:
+        from transformers import AutoTokenizer
+        engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
+        name = args.name or args.model
+    else:
+        raise SystemExit("give --policy DIR, or --base-url URL --model NAME --tokenizer DIR")
+    tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
+    seeds = sample_seeds(int(cfg["seed"]), args.samples)
+    pairs = [(t, s) for t in tasks for s in seeds]
+    out = Path(args.out)
+    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+    inputs = [*args.tasks] + ([args.policy] if args.policy else [])
+    manifest = Manifest(stage=STAGE, params={"agent": c}, seeds={"samples": seeds}, inputs=inputs,
+                        code=stage_sources(__name__))
+    with manifest.timed("rollout"):
+        records = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), c, repos_root=cfg["repos"]["root"],
+                          record_path=partial, policy=name,
+                          test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+    write_jsonl(out, records)
+    manifest.notes = {"policy": name, "engine": type(engine).__name__, "pairs": len(pairs),
+                      "summary": summarize(records, c["reward"]),
+                      "ppo_valid": sum(r["ppo_valid"] for r in records)}
+    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
+    partial.unlink(missing_ok=True)

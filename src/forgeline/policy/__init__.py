@@ -1,0 +1,12 @@
+"""The policy layer: tokenizer, tiny Qwen3 model, base-model resolution, chat protocol, engines.
+
+- `tokenizer`: byte-level BPE trained locally, Qwen3 special tokens and chat template.
+- `model`: a tiny Qwen3ForCausalLM initialised from a seed (same LoRA targets as Qwen3-8B).
+- `hub`: the real base model from the Hugging Face hub, pinned to a commit, with digests.
+- `chat`: tool schemas (bash, submit, edit), prompt rendering, tool-call parsing.
+- `engine`: `Engine.generate` over transformers (`HFEngine`) or an OpenAI-compatible server.
+- `init_stage`: the `policy-init` stage (tokenizer + initial tiny model folder).
+
+Nothing is imported here on purpose: a stage's code version is its module plus what it
+imports (see `forgeline.provenance.stage_sources`), and this file is part of every one of them.
+"""

@@ -1,0 +1,361 @@
+"""Generation engines: one interface, two implementations.
+
+    engine.generate(prompts, max_new_tokens, temperature, top_p, seed, stop) -> [Generation]
+
+- `HFEngine`: transformers `generate` in this process (batched, left-padded, seeded). The
+  tiny policy's engine, and the reference the other one is checked against.
+- `OpenAIEngine`: an OpenAI-compatible HTTP server's /v1/completions (vLLM serving the real
+  8B policy, or the tiny one). Standard library only (urllib).
+
+The contract both keep:
+- prompts are token-id lists (what the agent loop holds) or strings (tokenized without extra
+  special tokens);
+- `token_ids` are the sampled tokens, including the one that ended the generation (an eos
+  such as <|im_end|>, or the last token of a stop string), never padding;
+- `logprobs[i]` is the log-probability of `token_ids[i]` under the distribution it was sampled
+  from: softmax(logits / temperature), restricted and renormalised to the top-p nucleus when
+  top_p < 1. With top_p = 1 this is exactly what the trainer recomputes from the same weights,
+  so PPO runs with top_p = 1. temperature = 0 means greedy; its logprobs are at temperature 1;
+- `text` is the decoded `token_ids` without a final eos token, stop strings included, special
+  markup such as <tool_call> kept;
+- `finish_reason` is "stop" (eos or stop string) or "length" (max_new_tokens reached);
+- the same prompts, parameters and seed give the same tokens (for `HFEngine` on the same
+  machine and batch size; a vLLM server is seeded per request).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+Prompts = Sequence[Sequence[int]] | Sequence[str]
+# transformers samples from torch's process-wide RNG: seeding it and generating must not
+# interleave with another thread doing the same (an HTTP server, a thread pool).
+_TORCH_RNG_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled continuation; see the module docstring for the meaning of each field."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    prompt_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineError(RuntimeError):
+    """Generation failed (a server error, a malformed response, a bad request)."""
+
+
+def derive_seed(seed: int, *names: Any) -> int:
+    """A 31-bit seed from a base seed and names (e.g. a prompt's index); stable everywhere."""
+    text = ":".join(map(str, (seed, *names)))
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def _check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: expected >= 1")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature={temperature}: expected a finite number >= 0")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p}: expected 0 < top_p <= 1")
+
+
+class Engine:
+    """What the agent loop and the evaluator call; see the module docstring for the contract."""
+
+    def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+        raise NotImplementedError
+
+
+# -- transformers ---------------------------------------------------------------------------
+
+def _first_stop(tokenizer, ids: list[int], stop: Sequence[str]) -> int | None:
+    """The smallest k such that decode(ids[:k]) contains a stop string, or None."""
+    if not stop or not any(s in tokenizer.decode(ids, skip_special_tokens=False) for s in stop):
+        return None
+    lo, hi = 1, len(ids)  # containment is monotone in the prefix length: binary search
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=False) for s in stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class HFEngine(Engine):
+    """transformers generation on a causal LM in this process.
+
+    `eos_token_ids`: the tokens that end a turn (default: the tokenizer's eos and pad, i.e.
+    <|im_end|> and <|endoftext|>). `max_batch_size`: prompts per `generate` call (each
+    micro-batch gets its own seed derived from `seed` and its index). The model's own
+    generation_config (a real Qwen3 ships top_k=20, temperature=0.6, ...) is ignored: sampling
+    is exactly what `generate`'s arguments say.
+    """
+
+    def __init__(self, model, tokenizer, eos_token_ids: Sequence[int] | None = None,
+                 max_batch_size: int = 64):
+        from transformers import GenerationConfig
+
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        if eos_token_ids is None:
+            eos_token_ids = sorted({i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id)
+                                    if i is not None})
+        if not eos_token_ids:
+            raise ValueError("no eos token: pass eos_token_ids or use a tokenizer with an eos")
+        self.eos_token_ids = list(eos_token_ids)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else self.eos_token_ids[0]
+        self.max_batch_size = max_batch_size
+        # Neutral defaults, so nothing from the checkpoint's generation_config.json leaks in.
+        self.model.generation_config = GenerationConfig(
+            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype: str = "float32", **kwargs) -> "HFEngine":
+        """Load a model folder (config, weights, tokenizer) into an engine."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        return cls(model, tokenizer, **kwargs)
+
+    def encode(self, prompts: Prompts) -> list[list[int]]:
+        out = []
+        for p in prompts:
+            ids = self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
+            if not ids:
+                raise ValueError("empty prompt")
+            out.append([int(i) for i in ids])
+        return out
+
+    def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+        _check_sampling(max_new_tokens, temperature, top_p)
+        encoded = self.encode(prompts)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        for i, ids in enumerate(encoded):
+            if limit and len(ids) + max_new_tokens > limit:
+                raise ValueError(f"prompt {i}: {len(ids)} tokens + max_new_tokens={max_new_tokens} "
+                                 f"exceed the model's context of {limit} tokens")
+        results: list[Generation] = []
+        for b, start in enumerate(range(0, len(encoded), self.max_batch_size)):
+            batch = encoded[start:start + self.max_batch_size]
+            results.extend(self._generate_batch(batch, max_new_tokens, temperature, top_p,
+                                                derive_seed(seed, "batch", b), list(stop)))
+        return results
+
+    def _generate_batch(self, batch: list[list[int]], max_new_tokens: int, temperature: float,
+                        top_p: float, seed: int, stop: list[str]) -> list[Generation]:
+        import torch
+        from transformers import GenerationConfig
+
+        width = max(map(len, batch))
+        input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):  # left padding: every prompt ends at the same column
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention[row, width - len(ids):] = 1
+        sample = temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=sample,
+            temperature=temperature if sample else None, top_p=top_p if sample else None,
+            top_k=0 if sample else None, repetition_penalty=1.0,
+            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id,
+            stop_strings=stop or None, output_scores=True, return_dict_in_generate=True)
+        with _TORCH_RNG_LOCK, torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(seed)
+            device = self.model.device
+            out = self.model.generate(input_ids=input_ids.to(device),
+                                      attention_mask=attention.to(device), generation_config=config,
+                                      tokenizer=self.tokenizer if stop else None)
+        new = out.sequences[:, width:].cpu()
+        # scores[t] (batch, vocab) are the processed logits the token at step t was sampled from
+        logprobs = torch.stack([
+            torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, t, None].to(step.device))[:, 0].cpu()
+            for t, step in enumerate(out.scores)], dim=1)
+        results = []
+        for row, ids in enumerate(batch):
+            toks = new[row].tolist()
+            end, reason = len(toks), "length"
+            for i, t in enumerate(toks):
+                if t in self.eos_token_ids:
+                    end, reason = i + 1, "stop"
+                    break
+            k = _first_stop(self.tokenizer, toks[:end], stop)
+            if k is not None:
+                end, reason = k, "stop"
+            toks = toks[:end]
+            body = toks[:-1] if toks and toks[-1] in self.eos_token_ids else toks
+            results.append(Generation(
+                token_ids=toks, logprobs=[float(x) for x in logprobs[row, :end]],
+                text=self.tokenizer.decode(body, skip_special_tokens=False),
+                finish_reason=reason, prompt_tokens=len(ids)))
+        return results
+
+
+# -- OpenAI-compatible HTTP (vLLM) ----------------------------------------------------------
+
+class OpenAIEngine(Engine):
+    """/v1/completions of an OpenAI-compatible server (built for vLLM's).
+
+    One request per prompt (run `concurrency` at a time), each seeded with
+    derive_seed(seed, index), so a prompt repeated in the list gets different samples, as in
+    `HFEngine`. Token ids come back through vLLM's `return_token_ids` (or, on older servers,
+    `return_tokens_as_token_ids`). With a `tokenizer`, text prompts are sent as token ids.
+    The API key, if any, is read from the environment variable
+    named by `api_key_env`, never from a file or an argument.
+
+    vLLM returns logprobs of the raw model distribution unless the server is started with
+    `--logprobs-mode processed_logprobs`; start it that way for logprobs that match this
+    module's contract at temperature != 1.
+    """
+
+    def __init__(self, base_url: str, model: str, tokenizer=None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout_s: float = 600.0, concurrency: int = 8, retries: int = 3,
+                 eos_texts: Sequence[str] = ("<|im_end|>", "<|endoftext|>")):
+        self.base_url = base_url.rstrip("/")
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[:-3]
+        self.model = model
+        self.tokenizer = tokenizer
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.concurrency = max(1, concurrency)
+        self.retries = retries
+        self.eos_texts = tuple(eos_texts)
+
+    def request_body(self, prompt: list[int] | str, max_new_tokens: int, temperature: float,
+                     top_p: float, seed: int, stop: Sequence[str]) -> dict[str, Any]:
+        """The JSON body of one /v1/completions request (pure; the tests check it)."""
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": prompt, "max_tokens": max_new_tokens,
+            "temperature": temperature, "top_p": top_p, "seed": seed, "n": 1, "logprobs": 0,
+            "echo": False, "stream": False,
+            # vLLM extensions (an OpenAI server ignores unknown fields or rejects them loudly)
+            "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+            "skip_special_tokens": False, "spaces_between_special_tokens": False,
+            "include_stop_str_in_output": True, "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+        }
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
+    @staticmethod
+    def parse_choice(choice: dict[str, Any], prompt_tokens: int = 0,
+                     eos_texts: Sequence[str] = ()) -> Generation:
+        """A Generation from one `choices[i]` of a /v1/completions response (pure). A trailing
+        eos marker (one of `eos_texts`) is removed from the text, as HFEngine does: with
+        skip_special_tokens off, some servers keep it."""
+        lp = choice.get("logprobs") or {}
+        token_logprobs = lp.get("token_logprobs")
+        ids = choice.get("token_ids")
+        if ids is None:
+            tokens = lp.get("tokens") or []
+            if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+                raise EngineError("the response has no token ids: start vLLM with a version that "
+                                  "supports return_token_ids or return_tokens_as_token_ids")
+            ids = [int(t.split(":", 1)[1]) for t in tokens]
+        if token_logprobs is None or len(token_logprobs) != len(ids):
+            raise EngineError(f"the response has {0 if token_logprobs is None else len(token_logprobs)} "
+                              f"logprobs for {len(ids)} tokens")
+        logprobs = [float("-inf") if x is None else float(x) for x in token_logprobs]
+        reason = choice.get("finish_reason") or "length"
+        if reason not in ("stop", "length"):
+            raise EngineError(f"generation ended with finish_reason={reason!r}")
+        text = choice.get("text") or ""
+        if reason == "stop":
+            for eos in eos_texts:
+                if eos and text.endswith(eos):
+                    text = text[:-len(eos)]
+                    break
+        return Generation(token_ids=[int(i) for i in ids], logprobs=logprobs,
+                          text=text, finish_reason=reason,
+                          prompt_tokens=prompt_tokens,
+                          extra={k: choice[k] for k in ("stop_reason",) if k in choice})
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read().decode())
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:2000]
+                if exc.code < 500:  # a bad request does not get better by retrying
+                    raise EngineError(f"POST {path}: HTTP {exc.code}: {detail}") from None
+                last = EngineError(f"POST {path}: HTTP {exc.code}: {detail}")
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last = exc
+            if attempt < self.retries:
+                time.sleep(min(2 ** attempt, 10))
+        raise EngineError(f"POST {self.base_url}{path} failed after {self.retries + 1} tries: {last}")
+
+    def _one(self, prompt: list[int] | str, max_new_tokens: int, temperature: float, top_p: float,
+             seed: int, stop: Sequence[str]) -> Generation:
+        body = self.request_body(prompt, max_new_tokens, temperature, top_p, seed, stop)
+        resp = self._post("/v1/completions", body)
+        choices = resp.get("choices") or []
+        if len(choices) != 1:
+            raise EngineError(f"expected 1 choice, got {len(choices)}: {str(resp)[:500]}")
+        usage = resp.get("usage") or {}
+        return self.parse_choice(choices[0], int(usage.get("prompt_tokens") or 0), self.eos_texts)
+
+    def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+        _check_sampling(max_new_tokens, temperature, top_p)
+        # with a tokenizer, text prompts are tokenized here, so both engines see the same ids
+        items = [(self.tokenizer.encode(p, add_special_tokens=False) if self.tokenizer else p)
+                 if isinstance(p, str) else [int(i) for i in p] for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            futures = [pool.submit(self._one, p, max_new_tokens, temperature, top_p,
+                                   derive_seed(seed, "prompt", i), tuple(stop))
+                       for i, p in enumerate(items)]
+            return [f.result() for f in futures]
+
+    def models(self) -> list[str]:
+        """The model names the server serves (GET /v1/models)."""
+        req = urllib.request.Request(self.base_url + "/v1/models", method="GET")
+        key = os.environ.get(self.api_key_env)
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            return [m["id"] for m in json.loads(resp.read().decode()).get("data", [])]
+
+
+def make_engine(kind: str, **kwargs) -> Engine:
+    """`hf` (model=, tokenizer= or path=) or `openai` (base_url=, model=, ...)."""
+    if kind == "hf":
+        if "path" in kwargs:
+            path = kwargs.pop("path")
+            return HFEngine.from_pretrained(path, **kwargs)
+        return HFEngine(**kwargs)
+    if kind == "openai":
+        return OpenAIEngine(**kwargs)
+    raise ValueError(f"unknown engine {kind!r}: expected 'hf' or 'openai'")

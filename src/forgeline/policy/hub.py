@@ -1,0 +1,147 @@
+"""The real base policy from the Hugging Face hub, pinned to one commit.
+
+`resolve_base_model(repo_id, revision)` returns the local folder of that commit's snapshot,
+downloading it if needed (`huggingface_hub.snapshot_download`). Reproducibility rules:
+- the revision must be a full 40-hex commit: a branch or tag ("main", "v1.0") moves;
+- the access token (gated models need one) is read from the environment variable HF_TOKEN
+  only: never from the hub's stored-token file, never passed on the command line, never
+  written anywhere by this module;
+- offline (HF_HUB_OFFLINE=1, or local_files_only=True) the snapshot must already be in the
+  cache (HF_HUB_CACHE, else the hub's default), and it is checked: every cached LFS blob's
+  sha256 must be its file name.
+`file_digests(folder)` gives the sha256 of every file, for the manifest.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_TRUE = {"1", "on", "yes", "true"}
+
+
+class HubError(RuntimeError):
+    """The base model cannot be resolved; the message says why and what to do."""
+
+
+class RevisionError(HubError, ValueError):
+    """The revision is not a full commit hash."""
+
+
+def check_revision(repo_id: str, revision: str | None) -> str:
+    """Return `revision` if it is a full 40-hex commit hash, else raise RevisionError saying
+    how to find the commit."""
+    if isinstance(revision, str) and COMMIT_RE.fullmatch(revision):
+        return revision
+    raise RevisionError(
+        f"revision {revision!r} of {repo_id} is not a full commit hash: a branch or tag "
+        f"(like 'main') moves when the repository changes, so the same config could load "
+        f"different weights. Pin the 40-hex commit instead. To find it: open "
+        f"https://huggingface.co/{repo_id}/commits/main, or run "
+        f"`python -c \"from huggingface_hub import HfApi; print(HfApi().model_info('{repo_id}', "
+        f"revision='{revision or 'main'}').sha)\"` (with HF_TOKEN set for a gated model), or "
+        f"read refs/{revision or 'main'} in the cached models--{repo_id.replace('/', '--')} folder.")
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def resolve_base_model(repo_id: str, revision: str, cache_dir: str | os.PathLike | None = None,
+                       local_files_only: bool | None = None,
+                       allow_patterns: list[str] | None = None, verify: bool = True) -> Path:
+    """The local snapshot folder of `repo_id` at commit `revision`, downloaded if needed.
+
+    Inputs: a model repository id ("org/name"); a full commit hash; the hub cache folder
+    (default: $HF_HUB_CACHE at call time, else the hub's default); local_files_only (default:
+    true when $HF_HUB_OFFLINE is set at call time); file patterns to fetch (default: all).
+    With `verify`, cached LFS blobs are re-hashed against their names. Raises RevisionError
+    for a non-commit revision and HubError, with the remedy, when the snapshot is missing.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, IncompleteSnapshotError,
+                                        LocalEntryNotFoundError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    check_revision(repo_id, revision)
+    if cache_dir is None:
+        cache_dir = os.environ.get("HF_HUB_CACHE") or None
+    if local_files_only is None:  # read now: huggingface_hub reads it once, at import
+        local_files_only = _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+    token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
+    try:
+        folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=cache_dir,
+                                   local_files_only=local_files_only, token=token,
+                                   allow_patterns=allow_patterns)
+    except GatedRepoError:
+        raise HubError(f"{repo_id} is gated: accept its terms on https://huggingface.co/{repo_id} "
+                       f"and export HF_TOKEN=<a read token of that account> before running") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"{repo_id} not found on the hub (or private: export HF_TOKEN)") from None
+    except RevisionNotFoundError:
+        raise HubError(f"{repo_id} has no commit {revision}") from None
+    except IncompleteSnapshotError as exc:
+        raise HubError(f"{repo_id}@{revision}: the cached snapshot is incomplete ({exc}); "
+                       f"download it again with network access") from None
+    except LocalEntryNotFoundError:
+        where = cache_dir or "the default hub cache"
+        raise HubError(
+            f"{repo_id}@{revision} is not in {where} and downloads are off "
+            f"(HF_HUB_OFFLINE / local_files_only). Fetch it once on a machine with access: "
+            f"`hf download {repo_id} --revision {revision} --cache-dir DIR` "
+            f"(HF_TOKEN set for a gated model), then copy the cache folder here.") from None
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise HubError(f"{folder} has no config.json: not a model snapshot")
+    if verify:
+        verify_lfs_blobs(folder)
+    return folder
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _snapshot_files(folder: Path) -> list[Path]:
+    # `.cache/` holds the hub's bookkeeping when a snapshot was downloaded with local_dir
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and ".cache" not in p.relative_to(folder).parts)
+
+
+def file_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """{relative posix path: sha256 of the content} for every file under `folder` (symlinks
+    followed, as in a hub snapshot; the hub's `.cache/` bookkeeping skipped), sorted by path."""
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): _sha256(p) for p in _snapshot_files(folder)}
+
+
+def verify_lfs_blobs(folder: str | os.PathLike) -> int:
+    """In a hub-cache snapshot, files that link to a blob named by a sha256 (LFS files such as
+    weights) must hash to that name. Returns how many were checked; raises HubError on a
+    mismatch (a truncated or corrupted download)."""
+    checked = 0
+    for path in _snapshot_files(Path(folder)):
+        if not path.is_symlink():
+            continue
+        blob = path.resolve().name
+        if _SHA256_RE.fullmatch(blob):
+            if _sha256(path) != blob:
+                raise HubError(f"{path}: content does not match its blob hash {blob} "
+                               f"(corrupted download: delete the blob and fetch it again)")
+            checked += 1
+    return checked
+
+
+def snapshot_record(repo_id: str, revision: str, folder: str | os.PathLike) -> dict:
+    """What a manifest records about a resolved base model: id, commit, bytes, file digests."""
+    folder = Path(folder)
+    digests = file_digests(folder)
+    return {"repo_id": repo_id, "revision": revision, "files": digests,
+            "bytes": sum((folder / rel).stat().st_size for rel in digests)}

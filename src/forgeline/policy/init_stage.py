@@ -1,0 +1,139 @@
+"""Stage `policy-init`: the tiny base policy before any training.
+
+Trains the byte-level BPE tokenizer (Qwen3 special tokens and chat format) on the SFT
+repositories' sources and a sample of Python's standard library, initialises a tiny
+Qwen3ForCausalLM from a seed derived from the root seed, and writes one Hugging Face folder
+(config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+chat_template.jinja) that AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that
+vLLM serves. Same params and inputs => byte-identical files.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+
+from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwen3,
+                                    lora_target_names, parameter_count, tiny_qwen3_config)
+from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
+                                        corpus_digest, stdlib_dir)
+from forgeline.provenance import Manifest, MANIFEST_NAME, sha256_file, stage_sources
+
+log = logging.getLogger(__name__)
+STAGE = "policy.init"
+
+
+def stage_seed(root_seed: int, name: str = STAGE) -> int:
+    """The stage's seed: the first 31 bits of sha256('<root seed>:<stage name>')."""
+    return int(hashlib.sha256(f"{root_seed}:{name}".encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="the model folder to write")
+    parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
+
+
+def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
+    """Train the tokenizer on `corpus` and initialise the model; returns (tokenizer, model).
+
+    tok_params: vocab_size, min_frequency, model_max_length. model_params: the keyword
+    arguments of `tiny_qwen3_config` except vocab_size and token ids.
+    """
+    tokenizer = build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
+                                min_frequency=int(tok_params["min_frequency"]),
+                                model_max_length=int(tok_params["model_max_length"]))
+    config = tiny_qwen3_config(
+        vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **model_params)
+    model = init_tiny_qwen3(config, seed)
+    # like Qwen3's generation_config.json: a turn ends at <|im_end|> or <|endoftext|>
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return tokenizer, model
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """Name the tokenizer class `PreTrainedTokenizerFast` (transformers 5 writes its own
+    `TokenizersBackend`, which transformers 4 - e.g. in a vLLM environment - cannot load)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Put the finished folder `tmp` at `out`, replacing an earlier run's folder."""
+    if out.exists():
+        known = {MANIFEST_NAME, "config.json"}
+        if any(out.iterdir()) and not known & {p.name for p in out.iterdir()}:
+            raise FileExistsError(f"{out} exists and is not a policy folder; not replacing it")
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    import torch
+
+    section = cfg.section("policy.init")
+    tok_params, model_params = dict(section["tokenizer"]), dict(section["model"])
+    repos_root = Path(cfg["repos"]["root"])
+    corpus_repos = sorted(cfg["repos"]["sft"])
+    seed = stage_seed(int(cfg["seed"]))
+    out = Path(args.out)
+    manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+    repo_dirs = [repos_root / name for name in corpus_repos]
+    missing = [str(d) for d in repo_dirs if not d.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"corpus repositories not found: {missing}")
+    manifest = Manifest(stage=STAGE, params=section, seeds={"model_init": seed},
+                        inputs=[str(d) for d in repo_dirs], code=stage_sources(__name__))
+    with manifest.timed("corpus"):
+        corpus = collect_corpus(repo_dirs, stdlib_dir(),
+                                stdlib_max_bytes=int(tok_params["stdlib_max_bytes"]),
+                                max_file_bytes=int(tok_params["max_file_bytes"]))
+    log.info("tokenizer corpus: %d files, %d characters", len(corpus), sum(len(f.text) for f in corpus))
+    with manifest.timed("build"):
+        tokenizer, model = build_policy(
+            corpus, {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length")},
+            model_params, seed)
+        special_ids = check_special_tokens(tokenizer)
+    counts = parameter_count(model)
+    log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
+             f"{counts['non_embedding']:,}")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        with manifest.timed("save"):
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+            portable_tokenizer_config(tmp / "tokenizer_config.json")
+        os.chmod(tmp, 0o755)
+        _install(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+    manifest.notes = {
+        "parameters": counts,
+        "architecture": describe(model.config),
+        "lora_target_modules": list(LORA_TARGET_MODULES),
+        "lora_target_count": len(lora_target_names(model)),
+        "special_token_ids": special_ids,
+        "vocab_size": len(tokenizer),
+        "corpus": {"repos": corpus_repos, "files": len(corpus),
+                   "characters": sum(len(f.text) for f in corpus),
+                   "stdlib_python": platform.python_version(),
+                   "digest": corpus_digest(corpus)},
+        "tokenizer_json_sha256": sha256_file(out / "tokenizer.json"),
+        "model_safetensors_sha256": sha256_file(out / "model.safetensors"),
+    }
+    manifest.write(manifest_path, outputs=outputs)
+    log.info("wrote %s (%d files) and %s", out, len(outputs), manifest_path)

@@ -1,0 +1,166 @@
+"""The verifier: grade an agent's change the way SWE-bench does, so nothing the agent writes
+besides the package's own source code can change the verdict.
+
+The agent's diff is split per file and only regular source files of the package survive
+(`admissible`): edits to tests, conftest.py, pytest/tox/setup configuration, reward or log
+files, sitecustomize/usercustomize, .pth files, new top-level modules (a `pytest.py` in /testbed
+would shadow pytest), symlinks, binary patches and anything under a dot-directory are stripped.
+The tests then run in a FRESH environment from the image: the bug patch, then the filtered diff.
+
+What this does not stop: code in the package itself runs inside the pytest process, so a
+deliberately adversarial fix could tamper with pytest from within (SWE-bench shares this limit).
+Works with any Sandbox backend.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+from forgeline.sandbox.base import PatchError, Sandbox, TaskEnv
+from forgeline.sandbox.grading import grade, is_test_path
+from forgeline.tasks.repos import snapshot_files
+
+# Modules Python or pytest import by name from sys.path: never accepted from an agent.
+FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py",
+                             "__main__.py"})
+_HEADER = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
+_HUNK = re.compile(r"^@@ -\d+(?:,(?P<old>\d+))? \+\d+(?:,(?P<new>\d+))? @@")
+_HEADER_LINES = ("index ", "new file mode ", "deleted file mode ", "old mode ", "new mode ",
+                 "similarity index ", "dissimilarity index ", "rename from ", "rename to ",
+                 "copy from ", "copy to ", "--- ", "+++ ", "GIT binary patch", "Binary files ")
+
+
+def split_diff(diff: str) -> list[list[str]]:
+    """A git diff cut into the lines of each file's part (each starts with `diff --git`); any
+    text before the first header is returned as a part of its own (and will be rejected)."""
+    parts: list[list[str]] = []
+    # split on "\n" only: str.splitlines() would also cut at \r, \f, ... inside a line
+    pieces = diff.split("\n")
+    lines = [p + "\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    for line in lines:
+        if line.startswith("diff --git ") or not parts:
+            parts.append([line])
+        else:
+            parts[-1].append(line)
+    return parts
+
+
+def file_names(lines: list[str]) -> tuple[set[str], str | None]:
+    """(every path one file's part of a diff touches, None) or (set(), why it is malformed).
+
+    Strict on purpose: `git apply` treats a `--- a/x` / `+++ b/x` pair after a complete hunk as
+    the start of another file, so a part must be exactly a header and well-counted hunks."""
+    m = _HEADER.match(lines[0].rstrip("\n"))
+    if not m:
+        return set(), "unreadable diff header"
+    names = {m.group("a"), m.group("b")}
+    i, n = 1, len(lines)
+    while i < n and not lines[i].startswith("@@"):
+        line = lines[i].rstrip("\n")
+        if not line.startswith(_HEADER_LINES):
+            return set(), "unexpected line in a diff header"
+        if line.startswith(("--- ", "+++ ")):
+            name = line[4:]
+            if name != "/dev/null":
+                names.add(name[2:] if name.startswith(("a/", "b/")) else name)
+        elif line.startswith(("rename ", "copy ")):
+            names.add(line.split(" ", 2)[2])
+        i += 1
+    while i < n:
+        h = _HUNK.match(lines[i])
+        if not h:
+            return set(), "unexpected line after a hunk"
+        old, new = int(h.group("old") or 1), int(h.group("new") or 1)
+        i += 1
+        while old > 0 or new > 0:
+            if i >= n:
+                return set(), "truncated hunk"
+            c = lines[i][:1]
+            if c in (" ", "\n"):
+                old, new = old - 1, new - 1
+            elif c == "-":
+                old -= 1
+            elif c == "+":
+                new -= 1
+            elif c != "\\":
+                return set(), "malformed hunk"
+            if old < 0 or new < 0:
+                return set(), "malformed hunk"
+            i += 1
+        while i < n and lines[i].startswith("\\"):  # "\ No newline at end of file"
+            i += 1
+    return names, None
+
+
+def package_layout(source: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(top-level package directories, every file path) of a snapshot, as posix strings."""
+    files = [p.relative_to(source).as_posix() for p in snapshot_files(source)]
+    packages = {f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith("/__init__.py")}
+    return frozenset(packages), frozenset(files)
+
+
+def admissible(path: str, packages: frozenset[str], files: frozenset[str]) -> str | None:
+    """None if `path` is a regular source file of the package; else why it is stripped."""
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return "path leaves the repository"
+    if any(part.startswith(".") for part in p.parts):
+        return "hidden file or directory"
+    if p.suffix != ".py":
+        return "not a Python source file"
+    if is_test_path(path):
+        return "test or test configuration"
+    if p.name in FORBIDDEN_NAMES:
+        return f"{p.name} is imported by the interpreter or pytest"
+    if path in files or p.parts[0] in packages and len(p.parts) > 1:
+        return None
+    return "new module outside the package (could shadow an import)"
+
+
+def filter_agent_diff(diff: str, source: Path) -> tuple[str, list[dict]]:
+    """(the diff with only admissible files, [{path, reason}] of what was stripped)."""
+    packages, files = package_layout(Path(source))
+    kept, stripped = [], []
+    for lines in split_diff(diff):
+        text = "".join(lines)
+        names, bad = file_names(lines)
+        reasons = [bad] if bad else []
+        for name in sorted(names):
+            why = admissible(name, packages, files)
+            if why:
+                reasons.append(why)
+        if re.search(r"^(new file mode|new mode|deleted file mode|old mode) 120000", text, re.M):
+            reasons.append("symbolic link")
+        if re.search(r"^GIT binary patch$|^Binary files ", text, re.M):
+            reasons.append("binary patch")
+        if reasons:
+            label = " -> ".join(sorted(names)) if names else lines[0].rstrip("\n")[:200]
+            stripped.append({"path": label, "reason": "; ".join(dict.fromkeys(reasons))})
+        else:
+            kept.append(text)
+    return "".join(kept), stripped
+
+
+def verify(sandbox: Sandbox, env: TaskEnv, bug_patch: str, agent_diff: str,
+           fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], timeout_s: float = 120.0) -> dict:
+    """Grade `agent_diff` for the task (env + bug_patch) in a fresh environment.
+
+    Returns grading.grade(...) plus: stripped ([{path, reason}]), applied (bool: the filtered
+    diff applied), timed_out, exit_code, duration_s. A filtered diff that does not apply is
+    unresolved (not an error); a bug patch that does not apply raises PatchError."""
+    kept, stripped = filter_agent_diff(agent_diff, env.source)
+    tests = sorted(set(fail_to_pass) | set(pass_to_pass))
+    try:
+        run = sandbox.run_tests(env, [bug_patch, kept], tests=tests, timeout_s=timeout_s)
+    except PatchError as exc:
+        if exc.index == 0:
+            raise
+        result = grade({}, fail_to_pass, pass_to_pass)
+        result.update(stripped=stripped, applied=False, timed_out=False, exit_code=None,
+                      duration_s=0.0, error=str(exc))
+        return result
+    result = grade(run.statuses, fail_to_pass, pass_to_pass)
+    result.update(stripped=stripped, applied=True, timed_out=run.timed_out, exit_code=run.exit_code,
+                  duration_s=run.duration_s)
+    return result

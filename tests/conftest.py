@@ -1,0 +1,92 @@
+"""Shared fixtures. Docker ones: an engine, the base image, a tiny repository and its image, a
+registry. Without an engine the docker tests skip here, but FAIL in CI (CI=true must run them)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+TINY_NAME = "fltiny"  # a name no real repository uses: its image is forgeline/fltiny:<commit8>
+TINY_FILES = {
+    "README.md": "A tiny calculator, for sandbox tests.\n",
+    f"{TINY_NAME}/__init__.py": "from fltiny.ops import add, mul, sub\n",
+    f"{TINY_NAME}/ops.py": ("def add(a, b):\n    return a + b\n\n\n"
+                            "def sub(a, b):\n    return a - b\n\n\n"
+                            "def mul(a, b):\n    return a * b\n"),
+    "tests/test_ops.py": ("from fltiny import add, mul, sub\n\n\n"
+                          "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+                          "def test_sub():\n    assert sub(5, 3) == 2\n\n\n"
+                          "def test_mul():\n    assert mul(4, 3) == 12\n"),
+}
+
+
+def unavailable(reason: str):
+    """Skip locally; in CI a missing service is a failure, not a silent skip."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: docker tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def write_tiny_repo(root: Path, files: dict[str, str] = TINY_FILES) -> Path:
+    for rel, text in files.items():
+        (root / TINY_NAME / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / TINY_NAME / rel).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from forgeline.sandbox.base import SandboxError
+    from forgeline.sandbox.images import connect
+    try:
+        return connect()
+    except SandboxError as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client):
+    """(ref, id) of the base image; its tarball is cached in the project's .forgeline/."""
+    from forgeline.sandbox.images import ensure_base_image
+    return ensure_base_image(docker_client, None, ROOT / ".forgeline")
+
+
+@pytest.fixture(scope="session")
+def tiny_snapshot(tmp_path_factory):
+    from forgeline.tasks.repos import RepoSnapshot
+    root = write_tiny_repo(tmp_path_factory.mktemp("repos"))
+    return RepoSnapshot.load(root, TINY_NAME)
+
+
+@pytest.fixture(scope="session")
+def tiny_image(docker_client, base_image, tiny_snapshot):
+    """The image record of the tiny repository (built once per machine, then reused)."""
+    from forgeline.sandbox.images import build_repo_image
+    record, _ = build_repo_image(docker_client, tiny_snapshot,
+                                 (ROOT / "envs" / "repo.Dockerfile").read_text(), base_image)
+    return record
+
+
+@pytest.fixture(scope="session")
+def registry():
+    """127.0.0.1:5000, started with scripts/services.sh when nothing answers there."""
+    import urllib.request
+
+    def up() -> bool:
+        try:
+            urllib.request.urlopen("http://127.0.0.1:5000/v2/", timeout=2).read()
+            return True
+        except OSError:
+            return False
+
+    if not up():
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "start", "registry"],
+                             capture_output=True, text=True)
+        if res.returncode != 0 or not up():
+            unavailable(f"no registry at 127.0.0.1:5000: {res.stderr.strip()[-500:]}")
+    return "127.0.0.1:5000"

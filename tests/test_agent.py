@@ -1,0 +1,317 @@
+"""The agent: episodes, oracle trajectories, rewards, rollouts, mini-swe-agent export.
+
+Everything runs for real on tiny sizes: two tiny repositories with a real bug each (tmp_path),
+the process sandbox, the verifier, a tokenizer trained on one small repository and a Qwen3 of
+~50k parameters generating through HFEngine. Scripted policies are Engines that replay texts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, trajectory  # noqa: E402
+from forgeline.agent.episode import agent_config, run_episode  # noqa: E402
+from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
+from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
+from forgeline.policy.chat import format_tool_call  # noqa: E402
+from forgeline.policy.engine import HFEngine  # noqa: E402
+from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
+from forgeline.tasks.generate import make_patch  # noqa: E402
+from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
+
+from tiny_project import TINY_REPOS, write_repo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(1)
+CFG = {"context_limit": 2048, "max_new_tokens": 48, "max_steps": 6, "command_timeout_s": 20,
+       "max_invalid_calls": 3}
+
+
+def call(name: str, **args) -> str:
+    return format_tool_call(name, args)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def direct_python():
+    """`python3` in the sandbox = this interpreter (skips a slow pyenv shim; has pytest)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def lm(tok):
+    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                                    intermediate=64, max_position_embeddings=2048,
+                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return tiny.init_tiny_qwen3(config, seed=11)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return ProcessSandbox()
+
+
+def _task(name: str, old: str, new: str, f2p: list[str], statement: str, function: str) -> dict:
+    source, tests = TINY_REPOS[name]
+    assert old in source
+    ids = [line.split("(")[0][4:] for line in tests.splitlines() if line.startswith("def test_")]
+    p2p = [f"tests/test_{name}.py::{t}" for t in ids if f"tests/test_{name}.py::{t}" not in f2p]
+    return {"instance_id": f"{name}.0000.op__{function}", "repo": name,
+            "patch": make_patch(f"{name}/__init__.py", source, source.replace(old, new)),
+            "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "problem_statement": statement,
+            "image_name": f"forgeline/{name}:0", "mutation": {"file": f"{name}/__init__.py",
+                                                                "function": function, "kind": "op"}}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repos")
+    for name in ("alpha", "beta"):
+        write_repo(root, name, *TINY_REPOS[name])
+    alpha = _task("alpha", "return a + b", "return a - b",
+                  ["tests/test_alpha.py::test_add", "tests/test_alpha.py::test_add_zero"],
+                  "`alpha.add` returns a wrong result: add(2, 3) gives -1, expected 5.", "add")
+    beta = _task("beta", "if x > t:", "if x >= t:", ["tests/test_beta.py::test_count_above_edge"],
+                 "`beta.count_above` counts items equal to t: count_above([4, 4], 4) gives 2, expected 0.",
+                 "count_above")
+    envs = {n: RepoSnapshot.load(root, n).env() for n in ("alpha", "beta")}
+    return {"root": root, "alpha": alpha, "beta": beta, "envs": envs}
+
+
+def solve_script(task: dict) -> list[str]:
+    """A correct solution of a world task, by hand (not the oracle)."""
+    if task["repo"] == "alpha":
+        edit = call("edit", path="alpha/__init__.py", old="return a - b", new="return a + b")
+    else:
+        edit = call("edit", path="beta/__init__.py", old="x >= t", new="x > t")
+    return ["Let me look.\n" + call("bash", command="grep -n def " + task["repo"] + "/__init__.py"), edit,
+            call("bash", command="python3 -m pytest -q " + " ".join(task["FAIL_TO_PASS"])),
+            call("submit")]
+
+
+def strip_volatile(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in ("timing", "rollout_key")}
+
+
+# -- oracle -------------------------------------------------------------------------------
+
+def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, tmp_path):
+    task = world["alpha"]
+    rec = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["alpha"])
+    assert rec["outcome"] == "resolved" and rec["exit_status"] == "submitted" and rec["source"] == "oracle"
+    assert rec["oracle_actions"] == ["bash", "bash", "edit", "bash", "submit"]
+    assert rec["verdict"]["resolved"] and rec["verdict"]["fail_to_pass"] == {"passed": 2, "total": 2}
+    assert "+    return a + b" in rec["submission"]
+    # token alignment: prefix-consistent with the chat template, ids and text
+    assert rec["alignment_valid"] and rec["alignment"]["ids_match"] and rec["alignment"]["text_match"]
+    assert rec["alignment"]["drift_turns"] == [] and rec["ppo_valid"]
+    assert len(rec["tokens"]) == len(rec["action_mask"]) == len(rec["logprobs"])
+    assert set(rec["logprobs"]) == {0.0} and sum(rec["action_mask"]) == rec["stats"]["output_tokens"]
+    for turn in rec["turns"]:
+        a, b = turn["span"]
+        assert rec["tokens"][a:b] == turn["token_ids"] and turn["labels"]["well_formed_call"]
+    # real tool outputs: the grep found the function, the tests ran and passed
+    outputs = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
+    assert "alpha/__init__.py:1:def add(a, b):" in outputs[0]
+    assert "return a - b" in outputs[1] and outputs[2] == "edited alpha/__init__.py"
+    assert outputs[3].startswith("exit code: 0") and "2 passed" in outputs[3] and " in 0." not in outputs[3]
+    assert rec["turns"][3]["labels"]["tests_improved"] is True
+    json.dumps(rec)
+    # mini-swe-agent export
+    paths = trajectory.export_trajectories([rec], tmp_path)
+    traj = json.loads((tmp_path / task["instance_id"] / f"{task['instance_id']}.traj.json").read_text())
+    assert traj["info"]["exit_status"] == "submitted" and traj["info"]["submission"] == rec["submission"]
+    assert traj["info"]["model_stats"]["api_calls"] == 5 == traj["info"]["model_stats"]["steps"]
+    assert traj["info"]["model_stats"]["input_tokens"] == rec["stats"]["input_tokens"]
+    assert [m["role"] for m in traj["messages"]][:4] == ["system", "user", "assistant", "user"]
+    preds = json.loads((tmp_path / "preds.json").read_text())
+    assert preds[task["instance_id"]]["model_patch"] == rec["submission"] and len(paths) == 2
+
+
+def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
+    clean = "def f(xs):\n    out = list(xs)\n    out.sort()\n    return out\n\n\ndef g():\n    out = []\n    return out\n"
+    buggy = clean.replace("    out.sort()\n", "")
+    patch = make_patch("pkg/m.py", clean, buggy)
+    hunks = oracle.parse_patch(patch)["pkg/m.py"]
+    assert oracle.apply_hunks(clean, hunks) == buggy
+    old, new = oracle.fix_edit(hunks[0], buggy)
+    assert buggy.count(old) == 1 and buggy.replace(old, new) == clean
+    assert old == "    out = list(xs)" and oracle._enclosing_function(buggy, 3) == ("f", 1, 3)
+
+
+# -- episodes -----------------------------------------------------------------------------
+
+def test_random_tiny_policy_episode_records_aligned_tokens_and_true_logprobs(world, tok, lm, sandbox):
+    engine = HFEngine(lm, tok)
+    rec = run_episode(world["alpha"], 3, engine, sandbox, {**CFG, "max_steps": 3, "temperature": 1.0},
+                      env=world["envs"]["alpha"], policy="init")
+    assert rec["outcome"] in rewards.OUTCOMES and rec["outcome"] != "resolved"
+    assert rec["stats"]["steps"] == len(rec["turns"]) >= 1
+    tokens, mask, lps = rec["tokens"], rec["action_mask"], rec["logprobs"]
+    assert len(tokens) == len(mask) == len(lps)
+    assert sum(mask) == rec["stats"]["output_tokens"] == sum(len(t["token_ids"]) for t in rec["turns"])
+    assert rec["alignment"]["template_prefix_ok"]
+    # the text matches the template unless a turn ended on <|endoftext|> (the template says <|im_end|>)
+    assert rec["alignment"]["text_match"] == (not rec["alignment"]["foreign_eos_turns"])
+    assert rec["alignment_valid"] == rec["alignment"]["ids_match"]  # the default check: ids
+    for turn in rec["turns"]:
+        a, b = turn["span"]
+        assert tokens[a:b] == turn["token_ids"] and lps[a:b] == turn["logprobs"] and set(mask[a:b]) == {1}
+    with torch.no_grad():
+        logits = lm(torch.tensor([tokens])).logits[0]
+    ref = torch.log_softmax(logits[:-1].float(), -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    gen = torch.tensor(mask[1:], dtype=torch.bool)
+    assert torch.allclose(ref[gen], torch.tensor(lps[1:])[gen], atol=1e-4)
+    assert all(x == 0.0 for x, m in zip(lps, mask) if not m)
+    json.dumps(rec)
+
+
+@pytest.mark.parametrize("case", ["solve", "edit_tests", "malformed", "loop"])
+def test_scripted_policies(case, world, tok, sandbox):
+    task = world["alpha"]
+    scripts = {
+        "solve": solve_script(task),
+        "edit_tests": [call("edit", path="tests/test_alpha.py", old="assert add(2, 3) == 5", new="assert True"),
+                       call("edit", path="tests/test_alpha.py", old="assert add(0, 4) == 4", new="assert True"),
+                       call("bash", command="python3 -m pytest -q tests/test_alpha.py"), call("submit")],
+        "malformed": ["<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"\n</tool_call>",
+                      "I think the bug is in add.", call("bash", cmd="ls")],
+        "loop": [call("bash", command="ls alpha")],
+    }[case]
+    engine = ScriptedEngine.replay(tok, {task["problem_statement"]: scripts})
+    rec = run_episode(task, 0, engine, sandbox, {**CFG, "max_new_tokens": 128, "max_steps": 5},
+                      env=world["envs"]["alpha"], tokenizer=tok, policy="scripted")
+    labels = [t["labels"] for t in rec["turns"]]
+    assert rec["alignment"]["ids_match"]  # replayed texts are the tokenizer's own ids
+    if case == "solve":
+        assert rec["outcome"] == "resolved" and rec["exit_status"] == "submitted"
+        assert labels[1]["command_ran"] and labels[2]["tests_improved"] is True
+        assert rec["turns"][0]["tool_calls"][0]["arguments"] == {"command": "grep -n def alpha/__init__.py"}
+    elif case == "edit_tests":
+        # the agent's run shows the (edited) tests passing; the verifier restores them
+        assert "5 passed" in rec["messages"][-2]["content"]
+        assert rec["outcome"] == "failed" and not rec["verdict"]["resolved"]
+        assert [s["path"] for s in rec["verdict"]["stripped"]] == ["tests/test_alpha.py"]
+    elif case == "malformed":
+        assert rec["outcome"] == "invalid" and rec["exit_status"] == "invalid_calls"
+        assert [t["tool_calls"][0]["error"] if t["tool_calls"] else None for t in rec["turns"]] == \
+            ["invalid_json", None, "missing_argument"]
+        assert not any(lab["well_formed_call"] for lab in labels)
+        assert all(t["process_reward"] < 0 for t in rec["turns"])
+        assert rec["messages"][5] == {"role": "user", "content": ep_mod.NO_CALL_MESSAGE}
+    else:
+        assert rec["outcome"] == "step_limit" and rec["stats"]["steps"] == 5
+        assert all(lab == {"well_formed_call": True, "command_ran": True, "no_error": True,
+                           "tests_improved": None} for lab in labels)
+
+
+def test_tool_helpers():
+    assert ep_mod.normalize_pytest("..    [100%]\n=== 1 failed, 2 passed in 0.31s ===\n3 passed in 12.00s (0:00:12)") == \
+        ".. [100%]\n=== 1 failed, 2 passed ===\n3 passed"
+    assert ep_mod.truncate("a" * 50 + "b" * 50, 20) == "a" * 10 + "\n[... 80 characters cut ...]\n" + "b" * 10
+    assert ep_mod.looks_like_error("Traceback (most recent call last):\n  x\nValueError: no")
+    assert ep_mod.looks_like_error("bash: line 1: foo: command not found")
+    assert not ep_mod.looks_like_error("    raise ValueError(x)\nerror_count = 0\nE   assert 1 == 2")
+    f2p = ["tests/test_a.py::test_x", "tests/test_a.py::test_y"]
+    assert ep_mod.f2p_passing("ls", "2 passed", f2p) is None
+    assert ep_mod.f2p_passing("python3 -m pytest -q tests/test_a.py", "..\n2 passed\n", f2p) == 2
+    assert ep_mod.f2p_passing("pytest -q", "F.\nFAILED tests/test_a.py::test_x - assert 0\n1 failed, 1 passed\n", f2p) == 1
+    assert ep_mod.f2p_passing("pytest -q -x", "F\nFAILED tests/test_a.py::test_x - assert 0\n1 failed\n", f2p) == 0
+    assert ep_mod.f2p_passing("pytest tests/test_b.py", "3 passed\n", f2p) == 0
+    with pytest.raises(ValueError, match="unknown key"):
+        agent_config({"max_stepz": 3})
+
+
+# -- rewards ------------------------------------------------------------------------------
+
+def _ep(outcome: str, steps: int, labels=()) -> dict:
+    return {"instance_id": "x", "outcome": outcome, "stats": {"steps": steps},
+            "turns": [{"labels": lab, "span": [2 * i, 2 * i + 1]} for i, lab in enumerate(labels)],
+            "tokens": [0] * (2 * len(labels))}
+
+
+def test_rewards_terminal_shaped_cap_and_process():
+    shaped = {"kind": "shaped", "process_weight": 0.0}
+    expect = {"resolved": 1.0, "failed": -0.2, "timeout": -0.5, "context_exceeded": -0.5,
+              "invalid": -0.2, "step_limit": -0.2}
+    for outcome, base in expect.items():
+        assert rewards.terminal_reward(_ep(outcome, 10)) == (1.0 if outcome == "resolved" else 0.0)
+        assert rewards.shaped_reward(_ep(outcome, 10), shaped) == pytest.approx(base - 0.1)
+        assert rewards.outcome_reward(_ep(outcome, 10), {"kind": "terminal"}) == \
+            rewards.terminal_reward(_ep(outcome, 10))
+    assert rewards.shaped_reward(_ep("resolved", 500)) == pytest.approx(0.7)  # cap 0.3
+    assert rewards.shaped_reward(_ep("failed", 30)) == pytest.approx(-0.5)
+    assert rewards.step_penalty(29) == pytest.approx(0.29) and rewards.step_penalty(31) == pytest.approx(0.3)
+    good = {"well_formed_call": True, "command_ran": True, "no_error": True, "tests_improved": True}
+    bad = {"well_formed_call": False, "command_ran": False, "no_error": None, "tests_improved": None}
+    assert rewards.process_reward(good) == pytest.approx(0.09)
+    assert rewards.process_reward(bad) == pytest.approx(-0.03)
+    ep = _ep("resolved", 2, [bad, good])
+    assert rewards.step_rewards(ep) == pytest.approx([-0.03, 0.09 + 1.0 - 0.02])
+    assert rewards.episode_return(ep) == pytest.approx(1.04)
+    assert rewards.token_rewards(ep) == pytest.approx([-0.03, 0.0, 1.07, 0.0])
+    assert rewards.step_rewards(ep, {"process_weight": 0.0}) == pytest.approx([0.0, 0.98])
+    with pytest.raises(ValueError):
+        rewards.shaped_reward(_ep("crashed", 1))
+    assert rewards.summarize([ep, _ep("failed", 1)])["outcomes"]["failed"] == 1
+
+
+# -- rollouts -----------------------------------------------------------------------------
+
+def test_rollout_concurrent_resumable_and_sorted(world, tok, sandbox, tmp_path):
+    tasks = [world["beta"], world["alpha"]]
+    pairs = [(t, s) for t in tasks for s in (1, 0)]
+    scripts = {t["problem_statement"]: solve_script(t)[1::2] for t in tasks}  # edit, submit
+    cfg = {**CFG, "max_new_tokens": 128, "rollout": {"concurrency": 4}}
+    record = tmp_path / "episodes.partial"
+    engine = ScriptedEngine.replay(tok, scripts)
+    first = ro.rollout(pairs, engine, sandbox, cfg, envs=world["envs"], record_path=record,
+                       tokenizer=tok, policy="scripted", progress=False)
+    assert [(r["instance_id"], r["seed"]) for r in first] == sorted((t["instance_id"], s) for t, s in pairs)
+    assert all(r["outcome"] == "resolved" for r in first)
+    assert engine.calls == 2 and engine.prompts == 8  # step-synchronous: 2 rounds of 4 prompts
+    assert len(ro.load_records(record)) == 4
+    # "killed" after one episode, mid-way through writing the second
+    lines = record.read_text().splitlines()
+    record.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
+    survivor = json.loads(lines[0])
+    engine2 = ScriptedEngine.replay(tok, scripts)
+    again = ro.rollout(pairs, engine2, sandbox, cfg, envs=world["envs"], record_path=record,
+                       tokenizer=tok, policy="scripted", progress=False)
+    assert engine2.prompts == 6  # only the 3 unfinished episodes ran
+    assert [strip_volatile(r) for r in again] == [strip_volatile(r) for r in first]
+    assert next(r for r in again if ro.episode_key(r) == ro.episode_key(survivor)) == survivor
+    assert len(ro.load_records(record)) == 4
+    with pytest.raises(ValueError, match="another policy"):
+        ro.rollout(pairs, engine2, sandbox, cfg, envs=world["envs"], record_path=record,
+                   tokenizer=tok, policy="other", progress=False)
+
+
+def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
+    engine = HFEngine(lm, tok)
+    cfg = {**CFG, "max_steps": 1, "max_new_tokens": 24}
+    pairs = [(world["alpha"], 0), (world["alpha"], 1)]
+    runs = [ro.rollout(pairs, engine, sandbox, cfg, envs=world["envs"], tokenizer=tok, progress=False)
+            for _ in range(2)]
+    assert [strip_volatile(r) for r in runs[0]] == [strip_volatile(r) for r in runs[1]]
+    assert runs[0][0]["turns"][0]["token_ids"] != runs[0][1]["turns"][0]["token_ids"]
+    # seeding: episode -> an episode does not depend on its batch, and equals run_episode's
+    per = {**cfg, "rollout": {"seeding": "episode"}}
+    batch = ro.rollout([(world["alpha"], 7), (world["beta"], 7)], engine, sandbox, per,
+                       envs=world["envs"], tokenizer=tok, progress=False)
+    alone = run_episode(world["alpha"], 7, engine, sandbox, per, env=world["envs"]["alpha"], tokenizer=tok)
+    assert strip_volatile(batch[0]) == strip_volatile(alone)

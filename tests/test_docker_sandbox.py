@@ -1,0 +1,313 @@
+"""The docker sandbox: sessions, fresh test runs, hostile commands, cleanup on every path, and a
+verifier that nothing but the package's source can sway. Pure diff-filter tests need no engine."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, TINY_NAME
+from forgeline.sandbox.base import PatchError, SandboxError, TaskEnv
+from forgeline.sandbox.grading import pytest_shell
+from forgeline.sandbox.process import ProcessSandbox
+from forgeline.sandbox.verify import filter_agent_diff, verify
+
+# The task: the bug turns add into a subtraction; test_add fails with it.
+BUG = textwrap.dedent(f"""\
+    diff --git a/{TINY_NAME}/ops.py b/{TINY_NAME}/ops.py
+    --- a/{TINY_NAME}/ops.py
+    +++ b/{TINY_NAME}/ops.py
+    @@ -1,5 +1,5 @@
+     def add(a, b):
+    -    return a + b
+    +    return a - b
+     
+     
+     def sub(a, b):
+    """)
+FIX = BUG.replace("-    return a + b\n+    return a - b", "-    return a - b\n+    return a + b")
+F2P = ["tests/test_ops.py::test_add"]
+P2P = ["tests/test_ops.py::test_mul", "tests/test_ops.py::test_sub"]
+
+
+def new_file(path: str, text: str) -> str:
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n{body}")
+
+
+# Attacks on the verdict: each would make the buggy code "pass" if it reached grading.
+CHEAT_TEST = textwrap.dedent("""\
+    diff --git a/tests/test_ops.py b/tests/test_ops.py
+    --- a/tests/test_ops.py
+    +++ b/tests/test_ops.py
+    @@ -2,7 +2,7 @@ from fltiny import add, mul, sub
+     
+     
+     def test_add():
+    -    assert add(2, 3) == 5
+    +    assert add(2, 3) == -1
+     
+     
+     def test_sub():
+    """)
+CHEAT_CONFTEST = new_file("conftest.py", textwrap.dedent("""\
+    import pytest
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        rep.outcome = "passed"
+    """))
+CHEAT_SHADOW_PYTEST = new_file("pytest.py", "print('tests/test_ops.py::test_add PASSED')\n")
+CHEAT_OTHERS = (new_file(f"{TINY_NAME}/conftest.py", "import os\n")
+                + new_file("sitecustomize.py", "import os\n")
+                + new_file(f"{TINY_NAME}/x.pth", "import os")
+                + new_file("reward.txt", "1")
+                + new_file("pytest.ini", "[pytest]")
+                + new_file(".hidden/mod.py", "x = 1"))
+# a plain ---/+++ pair after a complete hunk: `git apply` would take it as one more file
+SMUGGLED = FIX + ("--- a/tests/test_ops.py\n+++ b/tests/test_ops.py\n@@ -5 +5 @@\n"
+                  "-    assert add(2, 3) == 5\n+    assert add(2, 3) == -1\n")
+SYMLINK = (f"diff --git a/{TINY_NAME}/link.py b/{TINY_NAME}/link.py\nnew file mode 120000\n"
+           f"--- /dev/null\n+++ b/{TINY_NAME}/link.py\n@@ -0,0 +1 @@\n+../tests/test_ops.py\n"
+           "\\ No newline at end of file\n")
+
+
+# -- the diff filter (no engine needed) ----------------------------------------------------
+
+def test_filter_keeps_source_and_strips_everything_else(tiny_snapshot):
+    kept, stripped = filter_agent_diff(FIX, tiny_snapshot.path)
+    assert kept == FIX and stripped == []
+    new_module = new_file(f"{TINY_NAME}/helpers.py", "def two():\n    return 2\n")
+    kept, stripped = filter_agent_diff(CHEAT_TEST + new_module + CHEAT_CONFTEST + CHEAT_SHADOW_PYTEST
+                                       + CHEAT_OTHERS + SYMLINK, tiny_snapshot.path)
+    assert kept == new_module
+    reasons = {s["path"]: s["reason"] for s in stripped}
+    assert set(reasons) == {"tests/test_ops.py", "conftest.py", "pytest.py", f"{TINY_NAME}/conftest.py",
+                            "sitecustomize.py", f"{TINY_NAME}/x.pth", "reward.txt", "pytest.ini",
+                            ".hidden/mod.py", f"{TINY_NAME}/link.py"}
+    assert "shadow" in reasons["pytest.py"] and "symbolic link" in reasons[f"{TINY_NAME}/link.py"]
+    kept, stripped = filter_agent_diff(SMUGGLED, tiny_snapshot.path)
+    assert kept == "" and stripped[0]["reason"] == "unexpected line after a hunk"
+    kept, stripped = filter_agent_diff("garbage\n" + FIX, tiny_snapshot.path)
+    assert kept == FIX and stripped[0]["reason"] == "unreadable diff header"
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sandbox(docker_client):
+    from forgeline.sandbox.docker import DockerSandbox
+    sb = DockerSandbox(client=docker_client, scratch_mb=64, warm=1)
+    yield sb
+    sb.shutdown()
+    assert no_containers_left(sb) == []
+
+
+@pytest.fixture(scope="module")
+def env(tiny_snapshot, tiny_image) -> TaskEnv:
+    return tiny_snapshot.env()
+
+
+def no_containers_left(sandbox) -> list:
+    """Containers this test process made that still exist, after the sandbox's close()."""
+    from forgeline.sandbox.docker import LABEL_OWNER, _OWNER
+    sandbox.close()  # removes warm spares, waits for background removals
+    return sandbox.client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={_OWNER}"})
+
+
+@pytest.mark.docker
+def test_session_is_locked_down_and_diffs(sandbox, env):
+    with sandbox.session(env, [BUG]) as s:
+        who = s.exec("id -u; touch /testbed/ok && echo writable; ls /sys/class/net; "
+                     "cat /proc/self/status | grep CapEff; git log --format=%s; git status --porcelain",
+                     10)
+        assert who.exit_code == 0 and not who.timed_out
+        uid, writable, net, caps, log, *status = who.output.splitlines()
+        assert (uid, writable, net) == ("1000", "writable", "lo")
+        assert caps.split()[-1] == "0" * 16 and log == "baseline"
+        assert status == ["?? ok"]  # the bug patch is part of the baseline, invisible to git
+        # the pristine snapshot and the history of the patches stay out of reach
+        assert s.exec("ls /opt/forgeline", 5).exit_code != 0
+        assert s.exec("git log --oneline | wc -l", 5).output.strip() == "1"
+        assert s.exec("echo hi > /etc/x", 5).exit_code != 0  # read-only root
+        fixed = s.exec("sed -i '2s/a - b/a + b/' fltiny/ops.py && mkdir -p fltiny/sub && "
+                       "echo 'X = 1' > fltiny/sub/new.py", 5)
+        assert fixed.exit_code == 0
+        diff = s.diff()
+    assert "+    return a + b" in diff and "b/fltiny/sub/new.py" in diff and "b/ok" in diff
+    # the diff applies on top of the bug in a fresh environment, and the tests agree
+    run = sandbox.run_tests(env, [BUG, diff])
+    assert run.statuses == {t: "PASSED" for t in F2P + P2P}
+    with pytest.raises(PatchError) as err:
+        sandbox.session(env, [BUG, BUG])
+    assert err.value.index == 1
+    assert no_containers_left(sandbox) == []
+
+
+@pytest.mark.docker
+def test_run_tests_agrees_with_the_process_backend(sandbox, env):
+    docker_run = sandbox.run_tests(env, [BUG], timeout_s=60)
+    process_run = ProcessSandbox(python=sys.executable).run_tests(env, [BUG], timeout_s=60)
+    assert docker_run.statuses == process_run.statuses == {
+        "tests/test_ops.py::test_add": "FAILED", "tests/test_ops.py::test_mul": "PASSED",
+        "tests/test_ops.py::test_sub": "PASSED"}
+    only = sandbox.run_tests(env, [BUG], tests=F2P)
+    assert only.statuses == {F2P[0]: "FAILED"} and only.exit_code == 1
+    slow = sandbox.run_tests(env, [new_file("tests/test_slow.py", "import time\n"
+                                            "def test_slow():\n    time.sleep(60)\n")], timeout_s=2)
+    assert slow.timed_out and slow.exit_code == -9
+
+
+@pytest.mark.docker
+def test_missing_image_names_the_command(sandbox, tiny_snapshot):
+    ghost = TaskEnv("ghostrepo", tiny_snapshot.path, "0" * 40, "forgeline/ghostrepo:00000000")
+    with pytest.raises(SandboxError, match="forgeline image --repo ghostrepo"):
+        sandbox.run_tests(ghost)
+
+
+# Each is contained and reported: an ExecResult, then the same session still answers.
+HOSTILE = {
+    # the classic one dies out against the pids limit; the second keeps the table full
+    "fork_bomb": ("bomb() { bomb | bomb & }; bomb; sleep 600", {"timed_out": None}),
+    "fork_bomb_forever": ("python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass'",
+                          {"timed_out": True}),
+    "memory_hog": ("python3 -c 'x = []\nwhile True: x.append(bytearray(50 << 20))'", {"killed": True}),
+    "infinite_loop": ("while :; do :; done", {"timed_out": True}),
+    "disk_filler": ("cat /dev/zero > /testbed/fill; cat /dev/zero > /tmp/fill; "
+                    "cat /dev/zero > ~/fill; echo x > /fill; df -m /testbed /tmp | tail -2",
+                    {"output": "No space left on device"}),
+    "network": ("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\"",
+                {"output": "Network is unreachable"}),
+    "kill_init": ("kill -9 1; kill -USR1 1; echo still-here", {"output": "still-here"}),
+    "kill_everything": ("sleep 600 & sleep 600 & kill -9 -1; wait; echo survived",
+                        {"output": "survived"}),
+    "escaped_daemon": ("setsid bash -c 'while :; do sleep 1; done' & disown; sleep 600",
+                       {"timed_out": True}),
+    "output_flood": ("yes hostile", {"timed_out": True, "output": "[... output truncated ...]"}),
+}
+
+
+def gone(client, container_id: str) -> bool:
+    from docker.errors import NotFound
+    try:
+        client.containers.get(container_id)
+    except NotFound:
+        return True
+    return False
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_command_is_contained(sandbox, env, name):
+    command, expect = HOSTILE[name]
+    t0 = time.perf_counter()
+    with sandbox.session(env) as s:
+        cid = s.container.id
+        res = s.exec(command, timeout_s=3)
+        assert time.perf_counter() - t0 < 30
+        if expect.get("timed_out", False) is not None:
+            assert res.timed_out == expect.get("timed_out", False), res
+        if expect.get("killed"):
+            assert res.exit_code in (137, -9), res
+        if "output" in expect:
+            assert expect["output"] in res.output, res.output[-500:]
+        assert len(res.output) <= sandbox.options["output_limit"] + 100
+        # the session survives: nothing of the command is left, the next command runs
+        after = s.exec("ls /proc | grep -c '^[0-9]'; echo alive", 10)
+        assert after.exit_code == 0 and after.output.split()[-1] == "alive", after
+        assert int(after.output.split()[0]) <= 4  # init, bash, ls, grep
+    assert gone(sandbox.client, cid)
+    with sandbox.session(env) as s:  # and the next session is fine
+        assert s.exec("echo fine", 10).output == "fine\n"
+
+
+# -- cleanup on every path -----------------------------------------------------------------
+
+@pytest.mark.docker
+def test_containers_are_removed_on_exceptions_and_interrupts(sandbox, env):
+    for exc in (RuntimeError, KeyboardInterrupt):
+        with pytest.raises(exc):
+            with sandbox.session(env) as s:
+                s.exec("true", 5)
+                raise exc("boom")
+        assert no_containers_left(sandbox) == []
+
+
+CHILD = textwrap.dedent("""\
+    import sys, time
+    from forgeline.sandbox.docker import DockerSandbox
+    from forgeline.sandbox.base import TaskEnv
+    from pathlib import Path
+    sb = DockerSandbox(warm=1)
+    s = sb.session(TaskEnv(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]))
+    print("ready", flush=True)
+    s.exec("sleep 600", 600)
+    """)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_no_leftovers_when_the_owner_dies(docker_client, env, how):
+    import os
+    import signal
+    from forgeline.sandbox.docker import LABEL_OWNER, remove_leftovers
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, env.repo, str(env.source), env.commit,
+                             env.image], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def owned() -> set[str]:
+        label = f"{LABEL_OWNER}={os.uname().nodename}:{proc.pid}"
+        return {c.id for c in docker_client.containers.list(all=True, filters={"label": label})}
+
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for _ in range(100):  # the warm spare starts in the background
+            if len(mine := owned()) == 2:
+                break
+            time.sleep(0.1)
+        assert len(mine) == 2  # the session and a warm spare
+        proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    if how == "SIGKILL":  # nothing runs in a SIGKILLed process: whoever comes next cleans up
+        assert mine <= set(remove_leftovers(docker_client))
+    assert owned() == set()
+
+
+# -- the verifier --------------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_verifier_cannot_be_swayed(sandbox, env):
+    def check(diff):
+        return verify(sandbox, env, BUG, diff, F2P, P2P, timeout_s=60)
+
+    assert check(FIX)["resolved"] and check(FIX)["stripped"] == []
+    nothing = check("")
+    assert not nothing["resolved"] and nothing["failing"] == F2P
+    # every attack alone fails; the conftest one WOULD pass if it reached the tests
+    assert sandbox.run_tests(env, [BUG, CHEAT_CONFTEST], tests=F2P + P2P).statuses[F2P[0]] == "PASSED"
+    for attack in (CHEAT_TEST, CHEAT_CONFTEST, CHEAT_SHADOW_PYTEST, CHEAT_OTHERS, SMUGGLED, SYMLINK):
+        result = check(attack)
+        assert not result["resolved"] and result["stripped"], attack
+    # a real fix next to cheats still counts, with the cheats reported
+    mixed = check(FIX + CHEAT_TEST + CHEAT_CONFTEST)
+    assert mixed["resolved"] and {s["path"] for s in mixed["stripped"]} == {"tests/test_ops.py",
+                                                                           "conftest.py"}
+    # a kept diff that does not apply is unresolved, not an error
+    stale = check(FIX.replace("a - b", "a * b"))
+    assert not stale["resolved"] and not stale["applied"]
+    # the verifier is backend-neutral
+    assert verify(ProcessSandbox(python=sys.executable), env, BUG, FIX + CHEAT_CONFTEST, F2P, P2P)["resolved"]
+    assert no_containers_left(sandbox) == []
+
+
+def test_pytest_command_is_shared():
+    # the docker backend runs exactly the process backend's command line (with the image's python3)
+    assert pytest_shell(None).startswith("python3 -m pytest -v -rA")

@@ -1,0 +1,571 @@
+"""Exporting the split as Harbor tasks: layout, determinism and digests; every task folder loaded
+and linted by the REAL harbor package (0.25.0, in its own Python 3.12 venv, .venv-harbor/); the
+oracle and the verifier run for real (process way, and in docker where an engine answers),
+including a reward file planted before the verifier runs."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, unavailable
+from forgeline import cli
+from forgeline.tasks import harbor
+from forgeline.tasks.repos import RepoSnapshot
+from forgeline.tasks.schema import instance_id
+from tiny_project import TINY_REPOS, write_repo
+
+# FORGELINE_HARBOR_VENV moves it (e.g. to check a from-scratch install without losing this one)
+HARBOR_VENV = Path(os.environ.get("FORGELINE_HARBOR_VENV") or ROOT / ".venv-harbor")
+HARBOR_REQUIREMENTS = ROOT / "envs" / "harbor-requirements.txt"
+SPLIT_NAMES = ("test", "train", "val")
+
+# gamma's P2P holds a skipped and an xfail test: both count as passes for PASS_TO_PASS
+GAMMA_EXTRA_TESTS = ("\n\nimport pytest\n\n\n@pytest.mark.skip(reason='not today')\ndef test_skipped():\n"
+                     "    assert False\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known_bad():\n"
+                     "    assert span([1]) == 1\n")
+# (repo, source line, bugged line, FAIL_TO_PASS, PASS_TO_PASS) over tiny_project.TINY_REPOS
+BUGS = {
+    "alpha": ("    return a + b\n", "    return a - b\n",
+              ["test_add", "test_add_zero"],
+              ["test_clamp_edge", "test_clamp_high", "test_clamp_low"]),
+    "beta": ("        if x > t:\n", "        if x >= t:\n",
+             ["test_count_above_edge"], ["test_count_above", "test_scale"]),
+    "gamma": ("    return n % 2 == 0\n", "    return n % 2 == 1\n",
+              ["test_even", "test_odd"], ["test_known_bad", "test_skipped", "test_span"]),
+}
+
+
+def make_patch(rel: str, before: str, after: str) -> str:
+    import difflib
+    body = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                        f"a/{rel}", f"b/{rel}"))
+    return f"diff --git a/{rel} b/{rel}\n{body}"
+
+
+def write_repos(root: Path) -> None:
+    for name, (source, tests) in TINY_REPOS.items():
+        write_repo(root, name, source, tests + (GAMMA_EXTRA_TESTS if name == "gamma" else ""))
+    # a name that sorts differently as a string ("alpha-notes" < "alpha/") and as a Path
+    (root / "alpha" / "alpha-notes.txt").write_text("notes\n")
+    (root / "alpha" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "alpha" / "run.sh", 0o755)
+    # a conftest the verifier must restore
+    (root / "beta" / "tests" / "conftest.py").write_text("import pytest\n\n\n@pytest.fixture\n"
+                                                         "def three():\n    return 3\n")
+
+
+def instances(repos: Path) -> list[dict]:
+    out = []
+    for name, (old, new, f2p, p2p) in BUGS.items():
+        snap = RepoSnapshot.load(repos, name)
+        source = (snap.path / name / "__init__.py").read_text()
+        assert old in source
+        patch = make_patch(f"{name}/__init__.py", source, source.replace(old, new, 1))
+        tfile = f"tests/test_{name}.py"
+        out.append({
+            "instance_id": instance_id(name, snap.commit, "op_swap",
+                                       hashlib.sha256(patch.encode()).hexdigest()),
+            "repo": name, "base_commit": snap.commit, "image_name": snap.image,
+            "created_at": "2000-01-01T00:00:00Z", "patch": patch,
+            "FAIL_TO_PASS": [f"{tfile}::{t}" for t in f2p],
+            "PASS_TO_PASS": [f"{tfile}::{t}" for t in p2p],
+            "problem_statement": f"{name} misbehaves\n\nSomething in `{name}` returns the wrong "
+                                 f"value (`{tfile}::{f2p[0]}` fails). \"Quotes\" and \\ too.\n",
+            "bug_type": "op_swap", "mutation": f"{old.strip()} -> {new.strip()}",
+        })
+    return out
+
+
+def write_config(tmp: Path, repos: Path) -> Path:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["repos"] = {"root": str(repos), "pool": sorted(TINY_REPOS), "sft": [], "panel": []}
+    params["sandbox"]["backend"] = "process"
+    params["tasks"]["split"]["fractions"] = {"train": 0.34, "val": 0.33, "test": 0.33}
+    params["tasks"]["split"]["frozen_digest"] = None
+    params["tasks"]["split"]["frozen_manifest"] = None
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def harbor_argv(config: Path, split_dir: Path, out: Path) -> list[str]:
+    return ["harbor", "--config", str(config), "--split-dir", str(split_dir),
+            "--out-dir", str(out), "--manifest", str(out / "manifest.json")]
+
+
+@pytest.fixture(autouse=True)
+def _wired(monkeypatch):
+    """The stage in the CLI, as the lead will wire it; cli.main's log handlers removed after."""
+    monkeypatch.setitem(cli.STAGES, "harbor", ("forgeline.tasks.harbor",
+                                               "export the split as Harbor task folders"))
+    yield
+    import logging
+    logging.getLogger().handlers.clear()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """Three tiny repositories, their validated-like tasks, the real `forgeline split` of them,
+    and one `forgeline harbor` export: {root, repos, config, split, out, seconds}."""
+    root = tmp_path_factory.mktemp("harbor")
+    repos = root / "repos"
+    write_repos(repos)
+    tasks = root / "validated.jsonl"
+    tasks.write_text("".join(json.dumps(i) + "\n" for i in instances(repos)))
+    config = write_config(root, repos)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(cli.STAGES, "harbor", ("forgeline.tasks.harbor", "export"))
+        assert cli.main(["split", "--config", str(config), "--tasks", str(tasks),
+                         "--out-dir", str(root / "split"),
+                         "--manifest", str(root / "split" / "manifest.json")]) == 0
+        t0 = time.perf_counter()
+        assert cli.main(harbor_argv(config, root / "split", root / "out")) == 0
+        seconds = time.perf_counter() - t0
+    return {"root": root, "repos": repos, "config": config, "split": root / "split",
+            "out": root / "out", "seconds": seconds}
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def task_dirs(out: Path) -> list[Path]:
+    return sorted(p for name in SPLIT_NAMES for p in (out / name).iterdir())
+
+
+def task_dir_of(out: Path, repo: str) -> Path:
+    (found,) = [d for d in task_dirs(out) if d.name.startswith(f"{repo}.")]
+    return found
+
+
+# -- the export ----------------------------------------------------------------------------
+
+def test_layout_and_task_toml(project):
+    out = project["out"]
+    split_json = json.loads((project["split"] / "split.json").read_text())
+    index = json.loads((out / "index.json").read_text())
+    assert index["split_digest"] == split_json["digest"]
+    assert index["counts"] == {"test": 1, "train": 1, "val": 1}
+    assert {n: sorted(v) for n, v in index["tasks"].items()} == \
+        {n: sorted(i for i, _ in rows) for n, rows in split_json["instances"].items()}
+    assert sorted(p.name for p in out.iterdir()) == ["index.json", "manifest.json", *SPLIT_NAMES]
+    assert not list(out.parent.glob(".out.*")), "temp siblings left behind"
+
+    task = task_dir_of(out, "beta")
+    split_name = task.parent.name
+    files = sorted(p.relative_to(task).as_posix() for p in task.rglob("*") if p.is_file())
+    assert files == sorted([
+        "instruction.md", "task.toml", "environment/Dockerfile", "environment/bug.patch",
+        "environment/repo/beta/__init__.py", "environment/repo/tests/conftest.py",
+        "environment/repo/tests/test_beta.py", "solution/solve.sh", "solution/bug.patch",
+        "tests/test.sh", "tests/grade.py", "tests/forgeline_grading.py", "tests/config.json",
+        "tests/original/tests/conftest.py", "tests/original/tests/test_beta.py"])
+    for script in ("solution/solve.sh", "tests/test.sh"):
+        assert os.access(task / script, os.X_OK)
+    assert os.access(task_dir_of(out, "alpha") / "environment/repo/run.sh", os.X_OK)
+
+    inst = {i["instance_id"]: i for n in SPLIT_NAMES
+            for i in map(json.loads, (project["split"] / f"{n}.jsonl").read_text().splitlines())}
+    iid = task.name
+    conf = tomllib.loads((task / "task.toml").read_text())
+    snap = RepoSnapshot.load(project["repos"], "beta")
+    assert conf["schema_version"] == "1.4" and conf["artifacts"] == ["/testbed"]
+    assert conf["task"] == {"name": f"forgeline/{iid}"}
+    assert conf["metadata"] == {
+        "instance_id": iid, "repo": "beta", "base_commit": snap.commit, "split": split_name,
+        "bug_type": "op_swap", "split_digest": split_json["digest"],
+        "split_digest_scheme": "forgeline.split.v1",
+        "content_digest": dict(split_json["instances"][split_name])[iid],
+        "repo_image": snap.image, "fail_to_pass": 1, "pass_to_pass": 2}
+    assert conf["verifier"] == {"timeout_sec": 180.0, "environment_mode": "separate", "user": "root"}
+    assert conf["agent"] == {"timeout_sec": 1800.0, "user": "forgeline"}
+    # no docker_image: Harbor would run it INSTEAD of building the Dockerfile (no bug in it)
+    assert conf["environment"] == {"cpus": 1, "memory_mb": 1024, "network_mode": "no-network"}
+
+    text = (task / "instruction.md").read_text()
+    assert text.startswith(inst[iid]["problem_statement"].strip("\n")) and "`/testbed`" in text
+    assert (task / "environment/bug.patch").read_text() == inst[iid]["patch"]
+    assert (task / "solution/bug.patch").read_text() == inst[iid]["patch"]
+    assert (task / "tests/forgeline_grading.py").read_text() == \
+        (ROOT / "src/forgeline/sandbox/grading.py").read_text()
+    cfg = json.loads((task / "tests/config.json").read_text())
+    assert cfg["fail_to_pass"] == inst[iid]["FAIL_TO_PASS"]
+    assert cfg["pass_to_pass"] == inst[iid]["PASS_TO_PASS"]
+    assert cfg["restore"] == ["tests/conftest.py", "tests/test_beta.py"]
+    assert cfg["test_timeout_s"] == 120.0
+    dockerfile = (task / "environment/Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=debian:bookworm-slim" in dockerfile
+    assert "python3 python3-pytest git" in dockerfile or "git python3 python3-pytest" in dockerfile
+
+
+def test_digests_are_harbors_and_the_export_is_deterministic(project, tmp_path):
+    out = project["out"]
+    index = json.loads((out / "index.json").read_text())
+    for name, rows in index["tasks"].items():
+        for iid, digest in rows.items():
+            files = tree(out / name / iid)
+            # sorted as strings: "environment/repo/alpha-notes.txt" before ".../alpha/__init__.py"
+            lines = "".join(f"{rel}\0{hashlib.sha256(files[rel]).hexdigest()}\n"
+                            for rel in sorted(files))
+            assert hashlib.sha256(lines.encode()).hexdigest() == digest == harbor.task_digest(files)
+    before = {k: v for k, v in tree(out).items() if k != "manifest.json"}
+    # again into the same out-dir (replaced whole) and into another: the same bytes
+    assert cli.main(harbor_argv(project["config"], project["split"], out)) == 0
+    other = tmp_path / "again"
+    assert cli.main(harbor_argv(project["config"], project["split"], other)) == 0
+    assert {k: v for k, v in tree(out).items() if k != "manifest.json"} == before
+    assert {k: v for k, v in tree(other).items() if k != "manifest.json"} == before
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "harbor" and manifest["notes"]["split_digest"] == index["split_digest"]
+    assert [Path(o["path"]).name for o in manifest["outputs"]] == [*SPLIT_NAMES, "index.json"]
+
+
+def test_refusals(project, tmp_path):
+    config, split = project["config"], project["split"]
+    # an out-dir with files this stage did not write is not replaced
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep me\n")
+    assert cli.main(harbor_argv(config, split, foreign)) == 2
+    assert (foreign / "precious.txt").read_text() == "keep me\n"
+    # an out-dir that holds the split itself
+    assert cli.main(harbor_argv(config, split, split.parent)) == 2
+    # a split folder whose files no longer match its split.json
+    edited = tmp_path / "split"
+    shutil.copytree(split, edited)
+    rows = (edited / "val.jsonl").read_text().splitlines()
+    rec = json.loads(rows[0])
+    rec["problem_statement"] += "edited\n"
+    (edited / "val.jsonl").write_text(json.dumps(rec) + "\n" + "".join(r + "\n" for r in rows[1:]))
+    assert cli.main(harbor_argv(config, edited, tmp_path / "o1")) == 2
+    assert not (tmp_path / "o1").exists()
+
+
+def test_bad_exports_raise():
+    settings = harbor.settings_from_config({"test_timeout_s": 5, "docker": {"cpus": 2.5}})
+    assert settings.cpus == 2.5 and settings.verifier_timeout_s == 65.0
+    snap = {"pkg/__init__.py": (b"x = 1\n", 0o644), "tests/test_x.py": (b"def test(): pass\n", 0o644)}
+    inst = {"instance_id": "pkg.00000000.op_swap__00000000", "repo": "pkg", "patch":
+            make_patch("tests/test_x.py", "def test(): pass\n", "def test(): 0\n"),
+            "FAIL_TO_PASS": ["tests/test_x.py::test"], "PASS_TO_PASS": [],
+            "problem_statement": "p\n"}
+    src = harbor.grading_module_source()
+    with pytest.raises(ValueError, match="changes test/config files"):
+        harbor.task_files(inst, "test", "d", snap, "img", settings, src)
+    with pytest.raises(ValueError, match="cannot name a task folder"):
+        harbor.task_files({**inst, "instance_id": "../evil"}, "test", "d", snap, "img", settings, src)
+    with pytest.raises(ValueError, match="dropped by Harbor"):
+        harbor.task_files(inst, "test", "d", {**snap, "pkg/x.py~": (b"", 0o644)}, "img",
+                          settings, src)
+
+
+def test_toml_strings_round_trip():
+    tricky = 'quote " backslash \\ newline \n tab \t del \x7f nul \x00 unicode é \u2028 end'
+    text = harbor.render_toml({"a": tricky, "n": 3, "f": 1.5, "b": True, "l": ["x", "y"]},
+                              [("t", {"odd key": tricky, "skip": None})])
+    assert tomllib.loads(text) == {"a": tricky, "n": 3, "f": 1.5, "b": True, "l": ["x", "y"],
+                                   "t": {"odd key": tricky}}
+
+
+# -- the real harbor package ---------------------------------------------------------------
+
+def _python312() -> str | None:
+    """A Python >= 3.12: $FORGELINE_PYTHON312, python3.12 on PATH (a pyenv shim may not work),
+    or pyenv's own 3.12 installs."""
+    candidates = [os.environ.get("FORGELINE_PYTHON312"), shutil.which("python3.12"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")),
+                          reverse=True), "/usr/bin/python3.12"]
+    for exe in filter(None, candidates):
+        try:
+            ok = subprocess.run([exe, "-c", "import sys; assert sys.version_info >= (3, 12)"],
+                                capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return exe
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(scope="session")
+def harbor_python() -> Path:
+    """.venv-harbor/bin/python with envs/harbor-requirements.txt installed; created once and
+    reused (a stamp holds the requirements' sha256; a changed file reinstalls into it)."""
+    python = HARBOR_VENV / "bin" / "python"
+    stamp = HARBOR_VENV / ".forgeline-requirements.sha256"
+    want = hashlib.sha256(HARBOR_REQUIREMENTS.read_bytes()).hexdigest()
+    with _locked(ROOT / ".forgeline" / "venv-harbor.lock"):
+        if stamp.is_file() and stamp.read_text().strip() == want and python.exists():
+            return python
+        works = python.exists() and subprocess.run(
+            [python, "-c", "import sys; assert sys.version_info >= (3, 12)"],
+            capture_output=True).returncode == 0
+        if not works:
+            base = _python312()
+            if base is None:
+                unavailable("no Python >= 3.12 for the harbor package (set FORGELINE_PYTHON312)")
+            shutil.rmtree(HARBOR_VENV, ignore_errors=True)
+            subprocess.run([base, "-m", "venv", str(HARBOR_VENV)], check=True, timeout=300)
+        res = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                              "-r", str(HARBOR_REQUIREMENTS)], capture_output=True, text=True,
+                             timeout=1800)
+        if res.returncode != 0:
+            unavailable(f"installing harbor into {HARBOR_VENV} failed: {res.stderr[-1500:]}")
+        stamp.write_text(want + "\n")
+    return python
+
+
+LOADER = r"""
+import json, sys, warnings
+from pathlib import Path
+warnings.simplefilter("error", DeprecationWarning)   # no deprecated field may be in use
+from harbor.models.task.task import Task
+from harbor.models.task.config import TaskConfig
+from harbor.models.task.verifier_mode import (resolve_task_verifier_mode,
+                                              resolve_verifier_environment_definition)
+from harbor.publisher.packager import Packager
+out = {}
+for d in map(Path, sys.argv[1:]):
+    task = Task(d)                                  # the loader: parses task.toml, checks files
+    cfg = task.config
+    definition = resolve_verifier_environment_definition(cfg, task.paths)
+    out[d.name] = {
+        "valid": Task.is_valid_dir(d),
+        "name": task.name, "short_name": task.short_name,
+        "instruction": task.instruction,
+        "digest": Packager.compute_content_hash(d)[0],
+        "files": [p.relative_to(d).as_posix() for p in Packager.collect_files(d)],
+        "test_script": task.paths.discovered_test_path.relative_to(d).as_posix(),
+        "solve_script": task.paths.discovered_solve_path.relative_to(d).as_posix(),
+        "verifier_mode": resolve_task_verifier_mode(cfg).value,
+        "verifier_env_dir": definition.directory.relative_to(d).as_posix(),
+        "bundled_tests": definition.bundled_tests,
+        "docker_image": cfg.environment.docker_image,
+        "network_mode": cfg.environment.network_mode.value,
+        "cpus": cfg.environment.cpus, "memory_mb": cfg.environment.memory_mb,
+        "agent": [cfg.agent.timeout_sec, cfg.agent.user],
+        "verifier": [cfg.verifier.timeout_sec, cfg.verifier.user],
+        "artifacts": [str(a) for a in cfg.artifacts],
+        "metadata": cfg.metadata,
+        "dump_round_trip": TaskConfig.model_validate_toml(cfg.model_dump_toml()) == cfg,
+    }
+print(json.dumps(out))
+"""
+
+
+def test_harbor_loads_and_lints_every_task(project, harbor_python, tmp_path):
+    out = project["out"]
+    dirs = task_dirs(out)
+    index = json.loads((out / "index.json").read_text())
+    t0 = time.perf_counter()
+    res = subprocess.run([harbor_python, "-c", LOADER, *map(str, dirs)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    loaded = json.loads(res.stdout)
+    for d in dirs:
+        got = loaded[d.name]
+        assert got["valid"] and got["name"] == f"forgeline/{d.name}" and got["short_name"] == d.name
+        assert got["instruction"] == (d / "instruction.md").read_text()
+        assert got["digest"] == index["tasks"][d.parent.name][d.name]  # Harbor's own hash
+        assert got["files"] == sorted(tree(d))  # Harbor would publish every file, no more
+        assert got["test_script"] == "tests/test.sh" and got["solve_script"] == "solution/solve.sh"
+        assert got["verifier_mode"] == "separate" and got["verifier_env_dir"] == "environment"
+        assert got["bundled_tests"] is False and got["docker_image"] is None
+        assert (got["network_mode"], got["cpus"], got["memory_mb"]) == ("no-network", 1, 1024)
+        assert got["agent"] == [1800.0, "forgeline"] and got["verifier"] == [180.0, "root"]
+        assert got["artifacts"] == ["/testbed"]  # the agent's repo, copied to the verifier
+        assert got["metadata"]["instance_id"] == d.name and got["dump_round_trip"]
+
+    # Harbor's linter, every rule on (root agent, unpinned images, shared verifier, unknown
+    # fields, test files leaking into the agent image, ...): no finding
+    lint = [str(harbor_python), "-m", "harbor.cli.main", "lint", "--select", "ALL", "--json"]
+    res = subprocess.run([*lint, *map(str, dirs)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and json.loads(res.stdout) == [], res.stdout + res.stderr[-2000:]
+
+    # ... and the linter bites: a wrong network mode and an unknown field are findings
+    bad = tmp_path / dirs[0].name
+    shutil.copytree(dirs[0], bad)
+    toml_text = (bad / "task.toml").read_text()
+    (bad / "task.toml").write_text(toml_text.replace('network_mode = "no-network"',
+                                                     'network_mode = "none"\ndocker_imag = "x"'))
+    res = subprocess.run([*lint, str(bad)], capture_output=True, text=True, timeout=300)
+    rules = sorted({f["rule"] for f in json.loads(res.stdout)})
+    assert res.returncode == 1 and rules == ["invalid-task-config", "unknown-config-field"], res.stdout
+    print(f"\nharbor export of 3 tasks {project['seconds']:.2f} s; harbor load + lint "
+          f"{time.perf_counter() - t0:.1f} s")
+
+
+# -- the oracle and the verifier, for real -------------------------------------------------
+
+def _testbed(task: Path, dest: Path) -> Path:
+    """What the task's Dockerfile builds: the snapshot with the bug patch applied."""
+    shutil.copytree(task / "environment" / "repo", dest)
+    subprocess.run(["git", "apply", str(task / "environment" / "bug.patch")], cwd=dest, check=True)
+    return dest
+
+
+def _verify(task: Path, testbed: Path, logs: Path) -> tuple[str, dict]:
+    env = {**os.environ, "TESTBED": str(testbed), "LOGS_DIR": str(logs),
+           "FORGELINE_PYTHON": sys.executable}
+    res = subprocess.run(["bash", str(task / "tests" / "test.sh")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads((logs / "verifier" / "report.json").read_text())
+    assert not (logs / "verifier" / "reward.json").exists()
+    return (logs / "verifier" / "reward.txt").read_text(), report
+
+
+def test_oracle_and_verifier_in_process(project, tmp_path):
+    task = task_dir_of(project["out"], "gamma")
+    # no fix, and a reward planted before the verifier runs: the verifier writes 0
+    bugged = _testbed(task, tmp_path / "bugged")
+    (tmp_path / "logs1" / "verifier").mkdir(parents=True)
+    (tmp_path / "logs1" / "verifier" / "reward.txt").write_text("1\n")
+    (tmp_path / "logs1" / "verifier" / "reward.json").write_text('{"reward": 1}\n')
+    reward, report = _verify(task, bugged, tmp_path / "logs1")
+    assert reward == "0\n" and not report["resolved"]
+    assert report["fail_to_pass"] == {"passed": 0, "total": 2}
+    assert report["pass_to_pass"] == {"passed": 3, "total": 3}  # SKIPPED and XFAIL pass P2P
+
+    # the oracle: solve.sh, then the verifier writes 1
+    fixed = _testbed(task, tmp_path / "fixed")
+    res = subprocess.run(["bash", str(task / "solution" / "solve.sh")],
+                         env={**os.environ, "TESTBED": str(fixed)}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (fixed / "gamma" / "__init__.py").read_text() == \
+        (task / "environment" / "repo" / "gamma" / "__init__.py").read_text()
+    t0 = time.perf_counter()
+    reward, report = _verify(task, fixed, tmp_path / "logs2")
+    print(f"\nverifier (process) {time.perf_counter() - t0:.2f} s")
+    assert reward == "1\n" and report["resolved"], report
+    assert report["fail_to_pass"] == {"passed": 2, "total": 2} and report["removed"] == []
+
+    # tampering instead of fixing: rewritten tests, a conftest that passes everything, a
+    # shadowing module, a .pth file: all undone, reward 0
+    cheat = _testbed(task, tmp_path / "cheat")
+    (cheat / "tests" / "test_gamma.py").write_text(
+        "def test_even():\n    pass\n\n\ndef test_odd():\n    pass\n\n\ndef test_span():\n    pass\n")
+    (cheat / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport():\n"
+        "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+    (cheat / "gamma" / "evil.pth").write_text("import os\n")
+    (cheat / "tests" / "test_extra.py").write_text("def test_x():\n    pass\n")
+    (cheat / "pytest").mkdir()  # a package that would shadow pytest itself
+    (cheat / "pytest" / "__init__.py").write_text("raise SystemExit(0)\n")
+    (cheat / ".hidden").mkdir()
+    (cheat / ".hidden" / "x.py").write_text("")
+    (cheat / "gamma" / "link.py").symlink_to("/etc/hostname")
+    (cheat / "gamma" / "__pycache__").mkdir()
+    reward, report = _verify(task, cheat, tmp_path / "logs3")
+    assert reward == "0\n" and not report["resolved"]
+    assert report["removed"] == [".hidden/", "conftest.py", "gamma/__pycache__/", "gamma/evil.pth",
+                                 "gamma/link.py", "pytest/", "tests/test_extra.py"]
+    assert report["restored"] == ["tests/test_gamma.py"]
+
+    # a verifier that cannot run at all still writes a reward: 0
+    logs4 = tmp_path / "logs4"
+    (logs4 / "verifier").mkdir(parents=True)
+    (logs4 / "verifier" / "reward.txt").write_text("1\n")
+    res = subprocess.run(["bash", str(task / "tests" / "test.sh")], capture_output=True, text=True,
+                         env={**os.environ, "TESTBED": str(fixed), "LOGS_DIR": str(logs4),
+                              "FORGELINE_PYTHON": str(tmp_path / "no-such-python")})
+    assert res.returncode == 0 and (logs4 / "verifier" / "reward.txt").read_text() == "0\n"
+
+
+# -- docker --------------------------------------------------------------------------------
+
+def _put_dir(container, src: Path, dest: str) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(str(src), arcname=dest.lstrip("/"))
+    container.put_archive("/", buf.getvalue())
+
+
+def _sh(container, cmd: str, user: str = "root") -> tuple[int, str]:
+    code, out = container.exec_run(["bash", "-c", cmd], user=user)
+    return code, out.decode(errors="replace")
+
+
+@pytest.mark.docker
+def test_task_environment_builds_and_grades_in_docker(project, docker_client, base_image):
+    """Build environment/Dockerfile offline (BASE_IMAGE = forgeline's base), then what Harbor
+    does: the oracle as the agent user, /tests uploaded, test.sh as root."""
+    task = task_dir_of(project["out"], "alpha")
+    tag = f"forgeline/harbortest:{hashlib.sha256(task.name.encode()).hexdigest()[:8]}"
+    t0 = time.perf_counter()
+    image, _ = docker_client.images.build(path=str(task / "environment"), tag=tag, rm=True,
+                                          forcerm=True, network_mode="none", pull=False,
+                                          buildargs={"BASE_IMAGE": base_image[0]})
+    build_s = time.perf_counter() - t0
+    containers = []
+    try:
+        def start():
+            c = docker_client.containers.run(image.id, ["sleep", "infinity"], detach=True,
+                                             network_mode="none", remove=True)
+            containers.append(c)
+            _put_dir(c, task / "tests", "/tests")
+            _put_dir(c, task / "solution", "/solution")
+            assert _sh(c, "mkdir -p /logs/verifier /logs/agent && chmod 777 /logs/verifier")[0] == 0
+            return c
+
+        # the image: the bug applied, one baseline commit, no patch left behind
+        c = start()
+        code, outp = _sh(c, "cd /testbed && git log --format=%s && git status --porcelain && "
+                            "grep -c 'return a - b' alpha/__init__.py && ls /tmp && "
+                            "stat -c %U /testbed/alpha/__init__.py", user="forgeline")
+        assert code == 0 and outp.split() == ["baseline", "1", "forgeline"], outp
+
+        # no fix; a reward planted, and a process of the agent's user rewriting it in a loop
+        _sh(c, "echo 1 > /logs/verifier/reward.txt")
+        c.exec_run(["bash", "-c", "while true; do echo 1 > /logs/verifier/reward.txt; "
+                    "echo '{\"reward\": 1}' > /logs/verifier/reward.json; sleep 0.05; done"],
+                   user="forgeline", detach=True)
+        time.sleep(0.5)
+        assert _sh(c, "ls /logs/verifier")[1].split() == ["reward.json", "reward.txt"]
+        code, outp = _sh(c, "/tests/test.sh")
+        assert code == 0, outp
+        time.sleep(0.3)
+        code, outp = _sh(c, "cat /logs/verifier/reward.txt; ls /logs/verifier; "
+                            "python3 -c \"import json; r = json.load(open('/logs/verifier/report.json'));"
+                            " print(r['sandbox_user'], r['resolved'])\"")
+        assert outp.split() == ["0", "report.json", "reward.txt", "True", "False"], outp
+
+        # the oracle as the agent user, then the verifier as root: 1
+        c = start()
+        code, outp = _sh(c, "/solution/solve.sh", user="forgeline")
+        assert code == 0, outp
+        t1 = time.perf_counter()
+        code, outp = _sh(c, "/tests/test.sh")
+        verify_s = time.perf_counter() - t1
+        assert code == 0 and "reward 1" in outp, outp
+        assert _sh(c, "cat /logs/verifier/reward.txt")[1] == "1\n"
+        print(f"\ndocker: build {build_s:.1f} s, verifier {verify_s:.1f} s")
+    finally:
+        for c in containers:
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(tag, force=True)

@@ -1,0 +1,411 @@
+"""The policy layer: tokenizer, tiny Qwen3, chat protocol, engines, hub resolution, init stage.
+
+Everything runs for real on tiny sizes: a tokenizer trained on one small repository, a Qwen3
+of ~50k parameters, transformers generation, a local HTTP server speaking /v1/completions,
+and the hub's real on-disk cache layout read by huggingface_hub in offline mode.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from forgeline.config import Config  # noqa: E402
+from forgeline.policy import chat, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS_REPO = ROOT / "data" / "repos" / "tinycsv"
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return tk.collect_corpus([CORPUS_REPO], None)
+
+
+@pytest.fixture(scope="module")
+def tok(corpus):
+    return tk.build_tokenizer(corpus, vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def lm(tok):
+    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                                    intermediate=64, max_position_embeddings=2048,
+                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return tiny.init_tiny_qwen3(config, seed=11)
+
+
+@pytest.fixture(scope="module")
+def hf(lm, tok):
+    return engine.HFEngine(lm, tok)
+
+
+def _prompts(tok):
+    return [chat.render_ids(tok, [{"role": "user", "content": "Fix the parser " * n}], chat.TOOLS)
+            for n in (1, 4, 9)]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+# -- tokenizer ------------------------------------------------------------------------------
+
+def test_tokenizer_round_trip_special_tokens_and_determinism(corpus, tok):
+    assert len(tok) == 512
+    text = 'def parse(row):\n    """Split a CSV row; naïve 🤖."""\n\treturn row.split(",")  # 42\n'
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    special = tk.check_special_tokens(tok)
+    assert special["<|endoftext|>"] == tok.pad_token_id and special["<|im_end|>"] == tok.eos_token_id
+    assert len(set(special.values())) == len(tk.SPECIAL_TOKENS)
+    # markup survives skip_special_tokens (the parser needs it), control tokens do not
+    marked = tok.encode("<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>",
+                        add_special_tokens=False)
+    assert tok.decode(marked, skip_special_tokens=True) == "assistant\n<tool_call>\n{}\n</tool_call>"
+    # same corpus + params => byte-identical tokenizer.json; other params => another one
+    assert tk.train_bpe(corpus, 512).to_str() == tk.train_bpe(list(reversed(corpus)), 512).to_str()
+    assert tk.train_bpe(corpus, 512).to_str() != tk.train_bpe(corpus, 520).to_str()
+    with pytest.raises(ValueError, match="vocab_size"):
+        tk.train_bpe(corpus, 100)
+
+
+def test_corpus_selection_is_deterministic_and_capped():
+    sizes = [(f"pkg/m{i}.py", 100 + i) for i in range(50)] + [("huge.py", 10_000)]
+    chosen = tk.select_by_budget(sizes, max_bytes=1_000, max_file_bytes=5_000)
+    assert chosen == sorted(chosen) and "huge.py" not in chosen
+    assert sum(dict(sizes)[n] for n in chosen) <= 1_000
+    assert chosen == tk.select_by_budget(list(reversed(sizes)), 1_000, 5_000)
+
+
+# -- chat template and tool calls -----------------------------------------------------------
+
+def test_chat_template_tools_calls_responses_and_generation_prompt(tok):
+    messages = [{"role": "system", "content": "You fix bugs."},
+                {"role": "user", "content": "Tests fail."},
+                chat.tool_call_message("bash", {"command": "pytest -q"}),
+                chat.tool_message("1 failed"), chat.tool_message("second result"),
+                {"role": "assistant", "content": "Fixed.",
+                 "tool_calls": [{"type": "function", "function": {"name": "submit", "arguments": {}}}]}]
+    text = chat.render(tok, messages, chat.tool_schemas(edit=True))
+    assert text.startswith("<|im_start|>system\nYou fix bugs.\n\n# Tools\n")
+    tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
+    assert [json.loads(line)["function"]["name"] for line in tools_block] == ["bash", "submit", "edit"]
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": '
+            '{"command": "pytest -q"}}\n</tool_call><|im_end|>\n') in text
+    # consecutive tool results: one user turn, each wrapped in <tool_response>
+    assert ("<|im_start|>user\n<tool_response>\n1 failed\n</tool_response>\n<tool_response>\n"
+            "second result\n</tool_response><|im_end|>\n") in text
+    assert 'Fixed.\n<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call><|im_end|>\n' in text
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    assert not chat.render(tok, messages, None, add_generation_prompt=False).count("<tools>")
+    assert chat.render(tok, messages[1:2], None, enable_thinking=False).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # prefix-stable: prompt + generated text + <|im_end|>\n is the render of the longer history
+    prompt = chat.render(tok, messages[:2], chat.TOOLS)
+    generated = "Let me look.\n" + chat.format_tool_call("bash", {"command": "ls"})
+    longer = chat.render(tok, messages[:2] + [chat.assistant_message(generated)], chat.TOOLS,
+                         add_generation_prompt=False)
+    assert longer == prompt + generated + "<|im_end|>\n"
+    ids = chat.render_ids(tok, messages[:2], chat.TOOLS)
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+def test_parse_tool_calls_good_and_malformed():
+    good = chat.parse_tool_calls(
+        'I will run the tests.\n<tool_call>\n{"name": "bash", "arguments": {"command": "pytest"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "submit", "arguments": "{}"}\n</tool_call>', chat.TOOLS)
+    assert [(c.name, c.arguments, c.ok) for c in good] == [("bash", {"command": "pytest"}, True),
+                                                           ("submit", {}, True)]
+    assert chat.parse_tool_calls("no call here") == []
+    cases = {
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}\n</tool_call>': "invalid_json",
+        "<tool_call>[1, 2]</tool_call>": "not_an_object",
+        '<tool_call>{"arguments": {}}</tool_call>': "missing_name",
+        '<tool_call>{"name": "bash", "arguments": [1]}</tool_call>': "bad_arguments",
+        '<tool_call>{"name": "bash", "arguments": "{oops"}</tool_call>': "bad_arguments",
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "l': "unterminated",
+        '<tool_call>{"name": "python", "arguments": {}}</tool_call>': "unknown_tool",
+        '<tool_call>{"name": "bash", "arguments": {}}</tool_call>': "missing_argument",
+        '<tool_call>{"name": "bash", "arguments": {"command": "ls", "cwd": "/"}}</tool_call>':
+            "unexpected_argument",
+        '<tool_call>{"name": "bash", "arguments": {"command": 3}}</tool_call>': "wrong_type",
+    }
+    for text, kind in cases.items():
+        calls = chat.parse_tool_calls(text, chat.TOOLS)
+        assert len(calls) == 1 and calls[0].error == kind, (text, calls)
+        assert kind in calls[0].error_message() and calls[0].detail
+    edit = chat.parse_tool_calls('<tool_call>{"name": "edit", "arguments": {"path": "a.py", '
+                                 '"old": "x", "new": "y"}}</tool_call>', chat.tool_schemas(edit=True))
+    assert edit[0].ok and edit[0].arguments["new"] == "y"
+
+
+# -- tiny model -----------------------------------------------------------------------------
+
+def test_tiny_model_deterministic_init_tied_and_lora_targets(tmp_path, lm):
+    from peft import LoraConfig, get_peft_model
+
+    config = lm.config
+    for name, seed in (("a", 11), ("b", 11), ("c", 12)):
+        tiny.init_tiny_qwen3(config, seed).save_pretrained(tmp_path / name)
+    a, b, c = (_files(tmp_path / n) for n in "abc")
+    assert a == b and a["model.safetensors"] != c["model.safetensors"]
+    assert lm.lm_head.weight is lm.model.embed_tokens.weight
+    counts = tiny.parameter_count(lm)
+    assert counts["total"] == counts["embedding"] + counts["non_embedding"]
+    assert counts["total"] == sum(p.numel() for p in lm.parameters())
+    names = tiny.lora_target_names(lm)
+    assert len(names) == 7 * config.num_hidden_layers
+    assert {n.rpartition(".")[2] for n in names} == set(tiny.LORA_TARGET_MODULES)
+    peft_model = get_peft_model(tiny.init_tiny_qwen3(config, 11), LoraConfig(
+        r=4, lora_alpha=8, target_modules=list(tiny.LORA_TARGET_MODULES), task_type="CAUSAL_LM"))
+    wrapped = [n for n, _ in peft_model.named_modules() if n.endswith("lora_A")]
+    assert len(wrapped) == 7 * config.num_hidden_layers
+
+
+# -- engines --------------------------------------------------------------------------------
+
+def test_hf_engine_seeded_and_logprobs_match_forward(hf, lm, tok):
+    prompts = _prompts(tok)
+    first = hf.generate(prompts, max_new_tokens=12, temperature=0.7, seed=5)
+    again = hf.generate(prompts, max_new_tokens=12, temperature=0.7, seed=5)
+    other = hf.generate(prompts, max_new_tokens=12, temperature=0.7, seed=6)
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
+    for prompt, gen in zip(prompts, first):
+        assert len(gen.token_ids) == len(gen.logprobs) and gen.finish_reason in ("stop", "length")
+        assert all(lp <= 0 and lp == lp and lp != float("-inf") for lp in gen.logprobs)
+        with torch.no_grad():  # a separate forward pass, unpadded
+            logits = lm(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1:-1]
+        ref = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+        assert torch.allclose(ref, torch.tensor(gen.logprobs), atol=1e-4)
+    # the nucleus renormalises: top_p < 1 never lowers a sampled token's logprob
+    for prompt, gen in zip(prompts, hf.generate(prompts, 8, temperature=1.0, top_p=0.5, seed=5)):
+        with torch.no_grad():
+            logits = lm(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1:-1]
+        full = torch.log_softmax(logits, -1).gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+        assert (torch.tensor(gen.logprobs) >= full - 1e-5).all()
+
+
+def test_hf_engine_greedy_padding_stop_and_text(hf, lm, tok):
+    prompts = _prompts(tok)
+    batched = hf.generate(prompts, 6, temperature=0.0)
+    alone = hf.generate(prompts[:1], 6, temperature=0.0)  # no left padding at all
+    assert batched[0].token_ids == alone[0].token_ids
+    with torch.no_grad():
+        logits = lm(torch.tensor([prompts[0] + batched[0].token_ids])).logits[0, len(prompts[0]) - 1:-1]
+    assert logits.argmax(-1).tolist() == batched[0].token_ids
+    text_prompt = hf.generate([tok.decode(prompts[1])], 6, temperature=0.0)[0]
+    assert text_prompt.token_ids == batched[1].token_ids
+    sampled = hf.generate(prompts, 40, temperature=1.0, seed=3)
+    for gen in sampled:
+        assert gen.text == tok.decode([t for t in gen.token_ids if t not in hf.eos_token_ids],
+                                      skip_special_tokens=False)
+        assert (gen.finish_reason == "stop") == (gen.token_ids[-1] in hf.eos_token_ids
+                                                 or len(gen.token_ids) < 40)
+    # a stop string ends the generation at the token that completes it, and stays in the text
+    full = hf.generate(prompts[:1], 40, temperature=1.0, seed=3)[0]
+    starts = [i for i in range(1, len(full.text) - 1) if full.text[i:i + 2].isascii()
+              and full.text[i:i + 2].isalnum()]
+    assert starts, full.text
+    stop = full.text[starts[0]:starts[0] + 2]
+    cut = hf.generate(prompts[:1], 40, temperature=1.0, seed=3, stop=[stop])[0]
+    assert cut.finish_reason == "stop" and stop in cut.text
+    assert cut.token_ids == full.token_ids[:len(cut.token_ids)]  # same draws until the stop
+    assert stop not in tok.decode(cut.token_ids[:-1], skip_special_tokens=False)
+    with pytest.raises(ValueError):
+        hf.generate(prompts, 4, top_p=0.0)
+    with pytest.raises(ValueError, match="context"):
+        hf.generate(prompts, lm.config.max_position_embeddings)
+
+
+class _CompletionsServer(BaseHTTPRequestHandler):
+    """A small OpenAI-compatible /v1/completions over an HFEngine, shaped like vLLM's answer."""
+
+    hf: engine.HFEngine
+    bodies: list
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append(body)
+        gen = self.hf.generate([body["prompt"]], body["max_tokens"], body["temperature"],
+                               body["top_p"], body["seed"], body.get("stop", ()))[0]
+        choice = {"index": 0, "text": gen.text, "finish_reason": gen.finish_reason,
+                  "token_ids": gen.token_ids if body.get("return_token_ids") else None,
+                  "logprobs": {"tokens": [f"token_id:{t}" for t in gen.token_ids],
+                               "token_logprobs": gen.logprobs, "top_logprobs": None}}
+        if choice["token_ids"] is None:
+            del choice["token_ids"]
+        data = json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [choice],
+                           "usage": {"prompt_tokens": gen.prompt_tokens}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_engine_round_trip_through_http(hf, tok):
+    handler = type("H", (_CompletionsServer,), {"hf": hf, "bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = engine.OpenAIEngine(f"http://127.0.0.1:{server.server_port}/v1", "tiny",
+                                     concurrency=2, retries=0)
+        prompts = _prompts(tok)[:2]
+        got = client.generate(prompts, 8, temperature=0.9, seed=7, stop=["\n\n"])
+        for i, (prompt, gen) in enumerate(zip(prompts, got)):
+            want = hf.generate([prompt], 8, 0.9, 1.0, engine.derive_seed(7, "prompt", i), ["\n\n"])[0]
+            assert (gen.token_ids, gen.logprobs, gen.text, gen.finish_reason) == \
+                (want.token_ids, want.logprobs, want.text, want.finish_reason)
+            assert gen.prompt_tokens == len(prompt)
+        body = handler.bodies[0]
+        assert body["include_stop_str_in_output"] and body["skip_special_tokens"] is False
+        assert body["stop"] == ["\n\n"] and body["logprobs"] == 0 and body["top_k"] == -1
+        # older vLLM: ids only as "token_id:N" strings
+        parsed = engine.OpenAIEngine.parse_choice({"text": "a", "finish_reason": "length",
+                                                   "logprobs": {"tokens": ["token_id:5"],
+                                                                "token_logprobs": [-0.5]}})
+        assert parsed.token_ids == [5] and parsed.logprobs == [-0.5]
+        kept_eos = engine.OpenAIEngine.parse_choice(
+            {"text": "done<|im_end|>", "finish_reason": "stop", "token_ids": [7, 2],
+             "logprobs": {"token_logprobs": [-0.1, -0.2]}}, 0, client.eos_texts)
+        assert kept_eos.text == "done" and kept_eos.token_ids == [7, 2]
+        with pytest.raises(engine.EngineError):
+            engine.OpenAIEngine.parse_choice({"text": "a", "finish_reason": "length",
+                                              "logprobs": {"tokens": ["a"], "token_logprobs": [-1.0]}})
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# -- hub ------------------------------------------------------------------------------------
+
+COMMIT = "0da97e45dbbd44278bd55b878170ec369d2934fb"
+
+
+def _git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def make_fake_hub_cache(cache: Path, repo_id: str, commit: str, model_dir: Path,
+                        tree_extra: tuple[str, ...] = ()) -> Path:
+    """The hub's on-disk layout for one snapshot: blobs named by their etag (sha256 for LFS
+    files such as weights, the git blob sha1 otherwise), snapshots/<commit>/<file> as relative
+    symlinks to them, refs/main holding the commit, and the tree listing of the commit."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    tree = {}
+    for path in sorted(model_dir.iterdir()):
+        data = path.read_bytes()
+        lfs = path.suffix == ".safetensors"
+        etag = hashlib.sha256(data).hexdigest() if lfs else _git_blob_sha1(data)
+        (repo / "blobs" / etag).write_bytes(data)
+        (snap / path.name).symlink_to(Path("..") / ".." / "blobs" / etag)
+        tree[path.name] = {"size": len(data), "blob_id": _git_blob_sha1(data)}
+        if lfs:
+            tree[path.name].update(lfs_sha256=etag, lfs_size=len(data))
+    for name in tree_extra:
+        tree[name] = {"size": 1, "blob_id": "0" * 40}
+    (repo / "trees").mkdir()
+    (repo / "trees" / f"{commit}.json").write_text(json.dumps({"format_version": 1, "files": tree}))
+    return snap
+
+
+def test_hub_resolution_offline_through_fake_cache(tmp_path, monkeypatch, lm, tok):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = tmp_path / "made"
+    lm.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    cache = tmp_path / "hub"
+    snap = make_fake_hub_cache(cache, "org/tiny-agent", COMMIT, model_dir)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    before = sorted((p.relative_to(cache).as_posix(), p.stat().st_mtime_ns) for p in cache.rglob("*"))
+
+    folder = hub.resolve_base_model("org/tiny-agent", COMMIT)
+    assert folder == snap
+    digests = hub.file_digests(folder)
+    assert digests == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                       for p in sorted(model_dir.iterdir())}
+    assert hub.verify_lfs_blobs(folder) == 1
+    record = hub.snapshot_record("org/tiny-agent", COMMIT, folder)
+    assert record["files"] == digests and record["bytes"] == sum(
+        p.stat().st_size for p in model_dir.iterdir())
+    assert hub.resolve_base_model("org/tiny-agent", COMMIT, cache_dir=cache,
+                                  local_files_only=True) == snap
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    assert torch.equal(loaded.model.embed_tokens.weight, lm.model.embed_tokens.weight)
+    assert AutoTokenizer.from_pretrained(folder).encode("def f(): pass") == tok.encode("def f(): pass")
+    after = sorted((p.relative_to(cache).as_posix(), p.stat().st_mtime_ns) for p in cache.rglob("*"))
+    assert after == before  # resolution wrote nothing
+
+    with pytest.raises(hub.HubError, match="not in"):  # a commit that is not cached
+        hub.resolve_base_model("org/tiny-agent", "1" * 40)
+    weights = snap / "model.safetensors"
+    weights.resolve().write_bytes(weights.read_bytes()[:-1] + b"\0")  # corrupt the LFS blob
+    with pytest.raises(hub.HubError, match="corrupted"):
+        hub.resolve_base_model("org/tiny-agent", COMMIT)
+    # a snapshot that misses a file of the commit's tree listing is refused
+    partial = make_fake_hub_cache(tmp_path / "hub2", "org/partial", COMMIT, model_dir,
+                                  tree_extra=("model-00002-of-00002.safetensors",))
+    with pytest.raises(hub.HubError, match="incomplete"):
+        hub.resolve_base_model("org/partial", COMMIT, cache_dir=partial.parents[2])
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", COMMIT[:12], COMMIT.upper(), None])
+def test_hub_rejects_non_commit_revisions(revision):
+    with pytest.raises(hub.RevisionError, match="commit") as info:
+        hub.resolve_base_model("Kwai-Klear/Klear-AgentForge-8B-SFT", revision)
+    assert "huggingface.co/Kwai-Klear/Klear-AgentForge-8B-SFT/commits" in str(info.value)
+    assert hub.check_revision("org/x", COMMIT) == COMMIT
+
+
+# -- the policy-init stage ------------------------------------------------------------------
+
+def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = Config({"seed": 1234, "repos": {"root": str(ROOT / "data" / "repos"), "sft": ["tinycsv"]},
+                  "policy": {"init": {
+                      "tokenizer": {"vocab_size": 640, "min_frequency": 2, "stdlib_max_bytes": 100_000,
+                                    "max_file_bytes": 20_000, "model_max_length": 512},
+                      "model": {"hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2,
+                                "head_dim": 8, "intermediate": 64, "max_position_embeddings": 512,
+                                "rope_theta": 1_000_000}}}})
+    for name in ("a", "b"):
+        init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None))
+    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert set(a) >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                      "chat_template.jinja", "generation_config.json", "manifest.json"}
+    assert {k: v for k, v in a.items() if k != "manifest.json"} == \
+        {k: v for k, v in b.items() if k != "manifest.json"}
+    manifest = json.loads(a["manifest.json"])
+    assert manifest["stage"] == "policy.init" and manifest["seeds"]["model_init"] == init_stage.stage_seed(1234)
+    assert manifest["notes"]["vocab_size"] == 640 and manifest["notes"]["lora_target_count"] == 14
+    assert {o["path"].rpartition("/")[2] for o in manifest["outputs"]} == set(a) - {"manifest.json"}
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    assert model.num_parameters() == manifest["notes"]["parameters"]["total"]
+    assert json.loads(a["generation_config.json"])["eos_token_id"] == [2, 0]
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert chat.render(loaded, [{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
+    assert json.loads(a["tokenizer_config.json"])["tokenizer_class"] == "PreTrainedTokenizerFast"

@@ -1,0 +1,344 @@
+"""forgeline validate: real pytest runs through the process sandbox on a tiny repo made here."""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forgeline import cli
+from forgeline.config import ConfigError
+from forgeline.provenance import read_jsonl, write_jsonl
+from forgeline.sandbox import get_sandbox
+from forgeline.tasks import validate as V
+from forgeline.tasks.repos import RepoSnapshot, image_name
+from forgeline.tasks.schema import instance_id
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+OPS = '''\
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def scale(x, k):
+    return x * k
+
+
+def broken():
+    return 1
+'''
+
+TEST_OPS = '''\
+from tiny.ops import add, broken, scale, sub
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+
+
+def test_scale():
+    assert scale(2, 3) == 6
+
+
+def test_broken():
+    assert broken() == 2
+'''
+
+# Fails on every other run (a shared counter, locked): any two gold runs disagree.
+TEST_FLAKY = '''\
+import fcntl
+
+COUNTER = {counter!r}
+
+
+def test_sometimes():
+    with open(COUNTER, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        seen = len(f.read())
+        f.write("x")
+    assert seen % 2 == 0
+'''
+
+ADD, SUB, SCALE, BROKEN = (f"tests/test_ops.py::test_{n}" for n in ("add", "sub", "scale", "broken"))
+FLAKY = "tests/test_flaky.py::test_sometimes"
+
+
+def make_repo(root: Path) -> Path:
+    repo = root / "repos" / "tiny"
+    (repo / "tiny").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "tiny" / "__init__.py").write_text("")
+    (repo / "tiny" / "ops.py").write_text(OPS)
+    (repo / "tests" / "test_ops.py").write_text(TEST_OPS)
+    (repo / "tests" / "test_flaky.py").write_text(TEST_FLAKY.format(counter=str(root / "flaky.count")))
+    return repo
+
+
+def make_patch(repo: Path, rel: str, old: str, new: str) -> str:
+    before = (repo / rel).read_text()
+    assert old in before
+    after = before.replace(old, new, 1)
+    diff = difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}", f"b/{rel}")
+    return f"diff --git a/{rel} b/{rel}\n" + "".join(diff)
+
+
+def make_instance(repo: Path, label: str, patch: str, f2p, p2p, statement: str,
+                  commit: str | None = None) -> dict:
+    snap_commit = RepoSnapshot.load(repo.parent, repo.name).commit
+    commit = commit or snap_commit
+    return {
+        "instance_id": instance_id("tiny", commit, "func_pm_op_swap",
+                                   hashlib.sha256(label.encode()).hexdigest()),
+        "repo": "tiny", "base_commit": commit, "patch": patch, "FAIL_TO_PASS": f2p,
+        "PASS_TO_PASS": p2p, "problem_statement": statement,
+        "image_name": image_name("tiny", commit), "label": label,
+    }
+
+
+GOOD_STATEMENT = "Calling `add(2, 3)` gives the wrong sum."
+
+
+def instances(repo: Path) -> dict[str, dict]:
+    bug = make_patch(repo, "tiny/ops.py", "return a + b", "return a - b")
+    sub_bug = make_patch(repo, "tiny/ops.py", "return a - b", "return a + b")
+    stale = "0123456789abcdef" * 2 + "01234567"
+    cases = [
+        ("good", bug, [ADD], [SUB, SCALE], GOOD_STATEMENT, None),
+        ("bad_patch", bug.replace("-    return a + b", "-    return a ** b"), [ADD], [SUB],
+         GOOD_STATEMENT, None),
+        ("nop", sub_bug, [ADD], [SCALE], GOOD_STATEMENT, None),
+        ("oracle", bug, [ADD], [SUB, BROKEN], GOOD_STATEMENT, None),
+        ("flaky", bug, [ADD], [SUB, FLAKY], GOOD_STATEMENT, None),
+        ("test_file", make_patch(repo, "tests/test_ops.py", "== 5", "== 6"), [ADD], [SUB],
+         GOOD_STATEMENT, None),
+        ("stale", bug, [ADD], [SUB], GOOD_STATEMENT, stale),
+        ("unknown_test", bug, ["tests/test_ops.py::test_missing"], [SUB], GOOD_STATEMENT, None),
+        ("overlap", bug, [ADD], [ADD, SUB], GOOD_STATEMENT, None),
+        ("leak", bug, [ADD], [SUB], "add() is off: it does `return a - b` now.", None),
+        ("unaligned", bug, [ADD], [SUB], "The library misbehaves on some inputs.", None),
+    ]
+    return {label: make_instance(repo, label, patch, f2p, p2p, st, commit)
+            for label, patch, f2p, p2p, st, commit in cases}
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("validate")
+    repo = make_repo(root)
+    insts = instances(repo)
+    other = dict(insts["good"], repo="otherrepo", instance_id="otherrepo.deadbeef.x__00000000")
+    snap = RepoSnapshot.load(repo.parent, "tiny")
+    res = V.validate_batch([*insts.values(), other], snap, get_sandbox("process"),
+                           V.Options(gold_runs=2, alignment=True, timeout_s=60), threads=2,
+                           progress=False)
+    by_label = {i["instance_id"]: label for label, i in insts.items()}
+    rejected = {by_label[r["instance_id"]]: r for r in res.rejections}
+    return res, insts, rejected, snap
+
+
+# -- the batch, end to end through the sandbox ----------------------------------------------
+
+def test_good_instance_passes_every_check(batch):
+    res, insts, _, _ = batch
+    assert [v["label"] for v in res.validated] == ["good"]
+    v = res.validated[0]
+    assert v["validation"] == {"checks": ["structure", "patch_applies", "flaky", "nop", "oracle",
+                                          "alignment"],
+                               "gold_runs": 2, "sandbox": "process", "nop": {"FAILED": 1},
+                               "alignment": {"identifiers": ["add"]}}
+    assert {k: v[k] for k in insts["good"]} == insts["good"]  # fields unchanged
+
+
+@pytest.mark.parametrize("label,check,needle", [
+    ("bad_patch", "patch_applies", "does not apply"),
+    ("nop", "nop", f"{ADD} (PASSED)"),
+    ("oracle", "oracle", f"{BROKEN} (FAILED)"),
+    ("flaky", "flaky", FLAKY),
+    ("test_file", "structure", "tests/test_ops.py"),
+    ("unknown_test", "structure", "not in the clean suite"),
+    ("overlap", "structure", "both FAIL_TO_PASS and PASS_TO_PASS"),
+    ("leak", "alignment", "'return a - b'"),
+    ("unaligned", "alignment", "names none of the identifiers"),
+])
+def test_rejected_at_the_right_check(batch, label, check, needle):
+    _, _, rejected, _ = batch
+    assert rejected[label]["check"] == check, rejected[label]
+    assert needle in rejected[label]["reason"]
+
+
+def test_stale_base_commit_names_both_hashes(batch):
+    _, insts, rejected, snap = batch
+    r = rejected["stale"]
+    assert r["check"] == "structure"
+    assert insts["stale"]["base_commit"] in r["reason"] and snap.commit in r["reason"]
+
+
+def test_stale_batch_runs_nothing(tmp_path):
+    repo = make_repo(tmp_path)
+    stale = instances(repo)["stale"]
+    res = V.validate_batch([stale], RepoSnapshot.load(repo.parent, "tiny"), get_sandbox("process"),
+                           V.Options(), progress=False)
+    assert [r["check"] for r in res.rejections] == ["structure"]
+    assert res.report["clean_suite"] is None and res.notes["gold_run_durations_s"] == []
+
+
+def test_report_counts_every_check(batch):
+    res, insts, _, snap = batch
+    rep = res.report
+    assert rep["input"] == len(insts) and rep["skipped_other_repos"] == 1
+    assert rep["validated"] == 1
+    assert rep["rejected"] == {"structure": 4, "patch_applies": 1, "flaky": 1, "nop": 1,
+                               "oracle": 1, "alignment": 2}
+    assert rep["flaky_tests"] == [FLAKY] and rep["gold_runs"] == 2
+    assert rep["clean_suite"] == {"tests": 5, "stable": {"FAILED": 1, "PASSED": 3}, "flaky": 1}
+    assert rep["commit"] == snap.commit
+    assert [r["instance_id"] for r in res.rejections] == sorted(r["instance_id"] for r in res.rejections)
+    assert res.notes["nop_runs"] == 6 and len(res.notes["gold_run_durations_s"]) == 2
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+def test_patch_parsing_reads_hunks_by_count():
+    patch = textwrap.dedent("""\
+        diff --git a/pkg/m.py b/pkg/m.py
+        --- a/pkg/m.py
+        +++ b/pkg/m.py
+        @@ -1,3 +1,3 @@
+         def f(x):
+        ---- decrement marker
+        +    return x - 1
+         # end
+        diff --git a/pkg/new.py b/pkg/new.py
+        --- /dev/null
+        +++ b/pkg/new.py
+        @@ -0,0 +1 @@
+        +VALUE = 1
+        """)
+    assert V.patch_files(patch) == ["pkg/m.py", "pkg/new.py"]
+    # the removed line "--- decrement marker" is code, not a file header
+    assert V.patch_code_lines(patch) == ["--- decrement marker", "VALUE = 1", "return x - 1"]
+
+
+def test_identifiers_of_test_methods_bases_and_aliases():
+    src = textwrap.dedent("""\
+        from pkg.ledger import Ledger as L
+
+        class Base:
+            def test_post(self, ledger):
+                entry = L().post_entry(amount=3)
+                assert entry.balance == 3
+
+        class TestChild(Base):
+            pass
+        """)
+    ids = V.identifiers_of_test(src, "tests/t.py::TestChild::test_post[x-1]")
+    assert ids == {"ledger", "post_entry", "balance"}  # 'L' -> Ledger; fixture arg dropped
+    assert V.identifiers_of_test(src, "tests/t.py::TestChild::test_nothing") is None
+
+
+def test_alignment_heuristic():
+    patch = make_patch_text("return a + b", "return a - b")
+    sources = {"tests/t.py": "from m import total_of\n\ndef test_t():\n    assert total_of([1]) == 1\n"}
+    ok, shared = V.check_alignment("total_of() is wrong for one item", patch, sources, ["tests/t.py::test_t"])
+    assert ok is None and shared == ["total_of"]
+    leak, _ = V.check_alignment("it does return  a - b", patch, sources, ["tests/t.py::test_t"])
+    assert "quotes a code line" in leak  # whitespace is collapsed before comparing
+    miss, _ = V.check_alignment("The function returns the wrong value", patch, sources,
+                                ["tests/t.py::test_t"])
+    assert "names none" in miss
+    unread, _ = V.check_alignment("total_of", patch, {"tests/t.py": None}, ["tests/t.py::test_t"])
+    assert "cannot read" in unread
+
+
+def make_patch_text(old: str, new: str) -> str:
+    return (f"diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n def f(a, b):\n"
+            f"-    {old}\n+    {new}\n")
+
+
+def test_verdict_helpers():
+    assert V.flaky_tests([{"a": "PASSED", "b": "PASSED"}, {"a": "FAILED", "b": "PASSED", "c": "PASSED"}]) \
+        == ["a", "c"]
+    assert V.check_nop({"t": "ERROR"}, ["t"]) is None
+    assert "(not run)" in V.check_nop({}, ["t"])
+    assert "timed out" in V.check_nop({}, ["t"], timed_out=True, timeout_s=5)
+    # SWE-bench: SKIPPED fails FAIL_TO_PASS, passes PASS_TO_PASS
+    assert V.check_oracle([{"f": "PASSED", "p": "SKIPPED"}], ["f"], ["p"]) is None
+    assert "f (SKIPPED)" in V.check_oracle([{"f": "SKIPPED"}], ["f"], [])
+
+
+def test_reverse_restores(tmp_path):
+    repo = make_repo(tmp_path)
+    assert V.reverse_restores(repo, make_patch(repo, "tiny/ops.py", "x * k", "x * k + 1")) is None
+    new_file = "diff --git a/tiny/extra.py b/tiny/extra.py\nnew file mode 100644\n--- /dev/null\n+++ b/tiny/extra.py\n" \
+               "@@ -0,0 +1 @@\n+EXTRA = 1\n"
+    assert V.reverse_restores(repo, new_file) is None
+
+
+def test_strong_model_fails_clearly():
+    with pytest.raises(ConfigError, match="strong_model.*agent and a model endpoint"):
+        V.check_options({"gold_runs": 2, "alignment": True, "strong_model": True})
+
+
+# -- the CLI ---------------------------------------------------------------------------------
+
+def write_params(tmp_path: Path, **validate) -> Path:
+    params = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    params["repos"]["root"] = str(tmp_path / "repos")
+    params["sandbox"]["backend"] = "process"
+    params["tasks"]["validate"].update(validate)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def cli_args(tmp_path: Path, params: Path) -> tuple[list[str], dict[str, Path]]:
+    out = tmp_path / "results" / "validated"
+    paths = {"out": out / "tiny.jsonl", "rejections": out / "tiny.rejections.jsonl",
+             "report": out / "tiny.report.json", "manifest": out / "tiny.manifest.json"}
+    argv = ["validate", "--config", str(params), "--repo", "tiny",
+            "--tasks", str(tmp_path / "ingested.jsonl"), "--threads", "2"]
+    for key, path in paths.items():
+        argv += [f"--{key}", str(path)]
+    return argv, paths
+
+
+def test_cli_end_to_end_is_byte_identical(tmp_path):
+    repo = make_repo(tmp_path)
+    insts = instances(repo)
+    chosen = [insts[k] for k in ("good", "flaky", "test_file")]
+    write_jsonl(tmp_path / "ingested.jsonl", chosen)
+    argv, paths = cli_args(tmp_path, write_params(tmp_path, gold_runs=2))
+    assert cli.main(argv) == 0
+    first = {k: paths[k].read_bytes() for k in ("out", "rejections", "report")}
+    manifest = json.loads(paths["manifest"].read_text())
+    assert manifest["stage"] == "validate" and manifest["seeds"] == {}
+    assert [Path(o["path"]).name for o in manifest["outputs"]] == \
+        ["tiny.jsonl", "tiny.rejections.jsonl", "tiny.report.json"]
+    assert manifest["timings"]["gold_runs"] > 0 and manifest["notes"]["nop_runs"] == 2
+    assert [r["label"] for r in read_jsonl(paths["out"])] == ["good"]
+    assert sorted(r["check"] for r in read_jsonl(paths["rejections"])) == ["flaky", "structure"]
+    assert str(tmp_path) not in b"".join(first.values()).decode()  # no temp paths in artifacts
+    assert cli.main(argv) == 0
+    assert {k: paths[k].read_bytes() for k in first} == first
+
+
+def test_cli_strong_model_fails_before_any_work(tmp_path):
+    make_repo(tmp_path)
+    (tmp_path / "ingested.jsonl").write_text("")
+    argv, paths = cli_args(tmp_path, write_params(tmp_path, strong_model=True))
+    assert cli.main(argv) == 2
+    assert not any(p.exists() for p in paths.values())

@@ -1,0 +1,127 @@
+"""The real DAG on tiny data: reruns are exact, dvc.yaml is current, DVC builds what Snakemake builds."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tiny_project as tp
+
+pytestmark = pytest.mark.slow
+JOB = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
+WILDCARDS = re.compile(r"^\s+wildcards: (?P<wc>.+)$")
+
+
+def planned_jobs(project: Path) -> set[str]:
+    """What `snakemake -n` would run, as {"rule" or "rule[repo=x]"}."""
+    out = tp.run(project, "snakemake", "-n", "--cores", "2").stdout
+    jobs, current = set(), None
+    for line in out.splitlines():
+        if m := JOB.match(line):
+            current = m["rule"]
+            jobs.add(current)
+        elif current and (m := WILDCARDS.match(line)):
+            jobs.discard(current)
+            jobs.add(f"{current}[{m['wc']}]")
+            current = None
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    project = tp.make_project(tmp_path_factory.mktemp("wf"))
+    tp.run(project, "snakemake", "--cores", "2")
+    return project
+
+
+def test_pipeline_builds_every_artifact_with_manifests(built):
+    split = yaml.safe_load((built / "results/split/split.json").read_text())
+    assert re.fullmatch(r"[0-9a-f]{64}", split["digest"])
+    for manifest in built.glob("results/**/*manifest.json"):
+        record = yaml.safe_load(manifest.read_text())
+        assert record["outputs"] and all(o["sha256"] for o in record["outputs"])
+    assert (built / "results/validated/alpha.jsonl").stat().st_size > 0
+
+
+def test_noop_run_does_nothing(built):
+    assert planned_jobs(built) == set()
+
+
+def test_param_change_reruns_that_stage_only(built):
+    params = built / "params.yaml"
+    original = params.read_text()
+    try:
+        data = yaml.safe_load(original)
+        data["tasks"]["split"]["seed"] += 1
+        params.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert planned_jobs(built) == {"split", "all"}
+    finally:
+        params.write_text(original)
+
+
+def test_stage_code_change_reruns_that_stage_and_descendants(built):
+    split_src = built / "src/forgeline/tasks/split.py"
+    original = split_src.read_text()
+    try:
+        split_src.write_text(original + "\n# a change in the split's code\n")
+        assert planned_jobs(built) == {"split", "all"}
+    finally:
+        split_src.write_text(original)
+    validate_src = built / "src/forgeline/tasks/validate.py"
+    original = validate_src.read_text()
+    try:
+        validate_src.write_text(original + "\n# a change in validation\n")
+        expected = {f"validate[repo={r}]" for r in tp.TINY_REPOS} | {"split", "all"}
+        assert planned_jobs(built) == expected
+    finally:
+        validate_src.write_text(original)
+
+
+def test_one_repo_change_reruns_only_its_chain(built, tmp_path):
+    """Rebuild for real after editing one repository: unchanged repos' tasks are not revalidated."""
+    project = tmp_path / "copy"
+    shutil.copytree(built, project, symlinks=True)
+    readme = project / "data/repos/beta/README.md"
+    readme.write_text("beta: a changed snapshot\n")
+    assert planned_jobs(project) >= {"generate[repo=beta]", "ingest"}
+    tp.run(project, "snakemake", "--cores", "2")
+    assert planned_jobs(project) == set()
+    # only beta's chain changed: alpha's and gamma's validated tasks are byte-identical
+    before, after = tp.artifact_digests(built), tp.artifact_digests(project)
+    for repo in ("alpha", "gamma"):
+        key = f"results/validated/{repo}.jsonl"
+        assert before[key] == after[key]
+    assert before["results/candidates/beta.jsonl"] != after["results/candidates/beta.jsonl"]
+
+
+def test_dag_picture_in_readme_matches_rulegraph(built):
+    dot = tp.run(built, "snakemake", "--rulegraph", "--cores", "1").stdout
+    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', dot))
+    real = {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", dot)}
+    readme = (tp.ROOT / "README.md").read_text()
+    block = readme.split("```mermaid", 1)[1].split("```", 1)[0]
+    drawn = set(re.findall(r"^\s*(\w+)(?:\[[^\]]*\])? --> (\w+)", block, re.M))
+    assert drawn == real
+
+
+def test_committed_dvc_yaml_is_current():
+    """dvc.yaml is generated from the Snakemake DAG; a stale committed file fails here."""
+    proc = tp.run(tp.ROOT, "forgeline", "export-dvc", "--check", check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:] + (
+        "\n=> run `make dvc.yaml` and commit dvc.yaml")
+
+
+def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
+    project = tp.make_project(tmp_path / "dvc")
+    tp.run(project, "forgeline", "export-dvc")
+    tp.run(project, "git", "init", "-q")
+    tp.run(project, "dvc", "init", "-q")
+    tp.run(project, "dvc", "repro")
+    assert tp.artifact_digests(project) == tp.artifact_digests(built)
+    # a second repro does nothing, and status is clean
+    again = tp.run(project, "dvc", "repro").stdout
+    assert "didn't change, skipping" in again or "up to date" in again
+    assert "changed" not in tp.run(project, "dvc", "status").stdout.replace("didn't change", "")

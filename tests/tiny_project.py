@@ -1,0 +1,83 @@
+"""A copy of the forgeline workflow over tiny repositories, for tests that run the real DAG."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+# Three tiny repositories: enough for a repository-disjoint train/val/test split.
+TINY_REPOS = {
+    "alpha": ("def add(a, b):\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\n"
+              "def clamp(x, lo, hi):\n    \"\"\"Clamp x into [lo, hi].\"\"\"\n    if x < lo:\n        return lo\n"
+              "    if x > hi:\n        return hi\n    return x\n",
+              "from alpha import add, clamp\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+              "def test_add_zero():\n    assert add(0, 4) == 4\n\n\ndef test_clamp_low():\n    assert clamp(-1, 0, 9) == 0\n\n\n"
+              "def test_clamp_high():\n    assert clamp(12, 0, 9) == 9\n\n\ndef test_clamp_edge():\n    assert clamp(9, 0, 9) == 9\n"),
+    "beta": ("def scale(xs, k):\n    \"\"\"Multiply each item by k.\"\"\"\n    return [x * k for x in xs]\n\n\n"
+             "def count_above(xs, t):\n    \"\"\"How many items exceed t.\"\"\"\n    n = 0\n    for x in xs:\n        if x > t:\n"
+             "            n += 1\n    return n\n",
+             "from beta import count_above, scale\n\n\ndef test_scale():\n    assert scale([1, 2], 3) == [3, 6]\n\n\n"
+             "def test_count_above():\n    assert count_above([1, 5, 7], 4) == 2\n\n\n"
+             "def test_count_above_edge():\n    assert count_above([4, 4], 4) == 0\n"),
+    "gamma": ("def is_even(n):\n    \"\"\"True for even n.\"\"\"\n    return n % 2 == 0\n\n\n"
+              "def span(xs):\n    \"\"\"max - min of a non-empty list.\"\"\"\n    return max(xs) - min(xs)\n",
+              "from gamma import is_even, span\n\n\ndef test_even():\n    assert is_even(4) is True\n\n\n"
+              "def test_odd():\n    assert is_even(3) is False\n\n\ndef test_span():\n    assert span([3, 9, 4]) == 6\n"),
+}
+
+
+def write_repo(root: Path, name: str, source: str, tests: str) -> Path:
+    repo = root / name
+    (repo / name).mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / name / "__init__.py").write_text(source)
+    (repo / "tests" / f"test_{name}.py").write_text(tests)
+    return repo
+
+
+def make_project(dest: Path) -> Path:
+    """The workflow (Snakefile, rules, src) over TINY_REPOS with small params, at `dest`."""
+    for item in ("Snakefile", "rules", "src", "profiles"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy2)(
+            src, dest / item, **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")}
+                                 if src.is_dir() else {}))
+    for name, (source, tests) in TINY_REPOS.items():
+        write_repo(dest / "data" / "repos", name, source, tests)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["repos"] = {"root": "data/repos", "pool": sorted(TINY_REPOS), "sft": [], "panel": []}
+    params["sandbox"]["backend"] = "process"
+    params["tasks"]["generate"].update(max_per_repo=3, max_tries_per_repo=6)
+    params["tasks"]["validate"]["gold_runs"] = 1
+    params["tasks"]["split"]["fractions"] = {"train": 0.34, "val": 0.33, "test": 0.33}
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return dest
+
+
+def env(project: Path) -> dict[str, str]:
+    """Run the copy's own code: the CLI imports forgeline from the project's src/."""
+    return {**os.environ, "PYTHONPATH": str(project / "src"), "PATH": f"{BIN}:{os.environ['PATH']}",
+            "PYTHONHASHSEED": "0", "TZ": "UTC"}
+
+
+def run(project: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), cwd=project, env=env(project), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc
+
+
+def artifact_digests(project: Path) -> dict[str, str]:
+    """sha256 of every artifact under results/, manifests aside (they hold timings)."""
+    from forgeline.provenance import sha256_file
+    return {p.relative_to(project).as_posix(): sha256_file(p)
+            for p in sorted((project / "results").rglob("*"))
+            if p.is_file() and not p.name.endswith("manifest.json") and p.name != ".gitignore"}

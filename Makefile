@@ -14,6 +14,7 @@ export LC_ALL := C.UTF-8
 .PHONY: run test setup system dvc.yaml dag clean services
 
 run: setup
+	@if grep -qE '^\s+backend:\s*docker' params.yaml; then bash scripts/services.sh start docker; fi
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/forgeline timings
 
@@ -22,8 +23,9 @@ test: setup
 
 setup: system $(STAMP)
 
-# git (patches, code version) and util-linux (unshare) are the only system tools the default
-# pipeline needs; docker and slurm are installed by scripts/services.sh when a test needs them.
+# git (patches, code version) and util-linux (unshare) are what every stage needs; the Docker
+# engine, the registry and Slurm are installed and started by scripts/services.sh and
+# scripts/slurm.sh (`make run` starts docker when params.yaml selects the docker backend).
 system:
 	@command -v git >/dev/null && command -v unshare >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

@@ -36,4 +36,5 @@ rule all:
     default_target: True
     input:
         rules.funnel.output,
+        rules.harbor.output,
         expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),

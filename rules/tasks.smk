@@ -120,3 +120,29 @@ rule funnel:
         "forgeline funnel {CONFIG} --ingest-reports {input.ingest}"
         " --validate-reports {input.validate} --split {input.split} --out {output.funnel}"
         " --unattributed {output.unattributed} --manifest {output.manifest} --log {log}"
+
+
+rule harbor:
+    input:
+        split=expand("results/split/{name}.jsonl", name=["train", "val", "test"]),
+        summary="results/split/split.json",
+        repos=[f for repo in POOL for f in repo_files(REPOS_ROOT, repo)],
+        code=stage_code("forgeline.tasks.harbor"),
+    output:
+        train=directory("results/harbor/train"),
+        val=directory("results/harbor/val"),
+        test=directory("results/harbor/test"),
+        index="results/harbor/index.json",
+        manifest="results/harbor/manifest.json",
+    params:
+        conf=params_of(config, "repos.root", "sandbox.test_timeout_s", "sandbox.docker.cpus",
+                       "sandbox.docker.memory_mb", "sandbox.docker.base_image"),
+    log:
+        "logs/harbor.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    shell:
+        "forgeline harbor {CONFIG} --split-dir results/split --out-dir results/harbor"
+        " --manifest {output.manifest} --log {log}"

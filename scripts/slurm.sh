@@ -17,6 +17,9 @@
 # - No slurmdbd: `sacct` cannot answer, so Snakemake's plugin must poll with squeue, which sees
 #   finished jobs for MinJobAge (300 s) seconds. Finished jobs are also logged, permanently, to
 #   /var/log/slurm/jobcomp.log (jobcomp/filetxt).
+# - With the packages installed but slurmctld down, every `snakemake` call is ~10 s slower: the
+#   plugin runs `scontrol show config` when it is imported, and the client retries for
+#   MessageTimeout. Keep the cluster up while tests run; `stop` at the very end.
 # - slurmctld cannot remove its own pidfile in /run (it drops to user slurm): `stop` does.
 set -euo pipefail
 
@@ -101,9 +104,10 @@ PartitionName=$PARTITION Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
-node_state() {  # never called before $CONF exists
-  [ -s "$CONF" ] && command -v sinfo >/dev/null || return 0
-  timeout 10 sinfo -h -n localhost -o %t 2>/dev/null | head -1 || true
+node_state() {
+  # never a client without $CONF; and none while no slurmctld runs (it would retry for 10 s)
+  [ -s "$CONF" ] && command -v sinfo >/dev/null && running slurmctld || return 0
+  timeout 20 sinfo -h -n localhost -o %t 2>/dev/null | head -1 || true
 }
 
 start() {

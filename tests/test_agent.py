@@ -20,7 +20,7 @@ from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, t
 from forgeline.agent.episode import agent_config, run_episode  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
 from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
-from forgeline.policy.chat import format_tool_call  # noqa: E402
+from forgeline.policy.chat import format_tool_call, render_ids  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
 from forgeline.tasks.generate import make_patch  # noqa: E402
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 CFG = {"context_limit": 2048, "max_new_tokens": 48, "max_steps": 6, "command_timeout_s": 20,
        "max_invalid_calls": 3}
+CONFIG_TOOLS = agent_config()["tools"]
 
 
 def call(name: str, **args) -> str:
@@ -180,7 +181,7 @@ def test_random_tiny_policy_episode_records_aligned_tokens_and_true_logprobs(wor
     json.dumps(rec)
 
 
-@pytest.mark.parametrize("case", ["solve", "edit_tests", "malformed", "loop"])
+@pytest.mark.parametrize("case", ["solve", "edit_tests", "malformed", "loop", "context"])
 def test_scripted_policies(case, world, tok, sandbox):
     task = world["alpha"]
     scripts = {
@@ -191,9 +192,15 @@ def test_scripted_policies(case, world, tok, sandbox):
         "malformed": ["<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"\n</tool_call>",
                       "I think the bug is in add.", call("bash", cmd="ls")],
         "loop": [call("bash", command="ls alpha")],
+        "context": [call("bash", command="cat tests/test_alpha.py")],
     }[case]
     engine = ScriptedEngine.replay(tok, {task["problem_statement"]: scripts})
-    rec = run_episode(task, 0, engine, sandbox, {**CFG, "max_new_tokens": 128, "max_steps": 5},
+    limits = {"max_new_tokens": 128, "max_steps": 5}
+    if case == "context":
+        first = [{"role": "system", "content": ep_mod.system_prompt(task)},
+                 {"role": "user", "content": ep_mod.user_prompt(task)}]
+        limits["context_limit"] = len(render_ids(tok, first, ep_mod.tool_schemas(CONFIG_TOOLS))) + 128 + 120
+    rec = run_episode(task, 0, engine, sandbox, {**CFG, **limits},
                       env=world["envs"]["alpha"], tokenizer=tok, policy="scripted")
     labels = [t["labels"] for t in rec["turns"]]
     assert rec["alignment"]["ids_match"]  # replayed texts are the tokenizer's own ids
@@ -213,10 +220,42 @@ def test_scripted_policies(case, world, tok, sandbox):
         assert not any(lab["well_formed_call"] for lab in labels)
         assert all(t["process_reward"] < 0 for t in rec["turns"])
         assert rec["messages"][5] == {"role": "user", "content": ep_mod.NO_CALL_MESSAGE}
+    elif case == "context":
+        assert rec["outcome"] == "context_exceeded" and 1 <= rec["stats"]["steps"] < 5
+        last_prompt = rec["turns"][-1]["prompt_tokens"]
+        assert last_prompt + 128 <= rec["stats"]["sequence_tokens"] and last_prompt + 128 <= 2048
     else:
         assert rec["outcome"] == "step_limit" and rec["stats"]["steps"] == 5
         assert all(lab == {"well_formed_call": True, "command_ran": True, "no_error": True,
                            "tests_improved": None} for lab in labels)
+
+
+def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
+    new = 'x = "$HOME `id` \'q\' \\n ü"\n    """Sum."""'
+    with sandbox.session(world["envs"]["alpha"], []) as s:
+        res = s.exec(ep_mod.edit_command("alpha/__init__.py", '    """Sum."""', "    " + new), 20)
+        assert (res.exit_code, res.output) == (0, "edited alpha/__init__.py\n")
+        text = s.exec("cat alpha/__init__.py", 20).output
+        assert text.startswith("def add(a, b):\n    " + new + "\n    return a + b\n")
+        twice = s.exec(ep_mod.edit_command("alpha/__init__.py", "return", "yield"), 20)
+        assert twice.exit_code == 1 and "occurs 4 times" in twice.output
+        missing = s.exec(ep_mod.edit_command("nope.py", "a", "b"), 20)
+        assert missing.exit_code == 1 and "cannot read nope.py" in missing.output
+        assert "x = " in s.diff() and "nope" not in s.diff()
+
+
+def test_outcome_mapping(world, tok, sandbox):
+    ep = ep_mod.Episode(world["alpha"], 0, tok, sandbox, world["envs"]["alpha"], {})
+    expect = {"submitted": ("resolved", "failed"), "wall_time": ("timeout", "timeout"),
+              "step_limit": ("step_limit", "step_limit"), "token_limit": ("step_limit", "step_limit"),
+              "context_exceeded": ("context_exceeded", "context_exceeded"),
+              "invalid_calls": ("invalid", "invalid")}
+    for status, (if_resolved, if_not) in expect.items():
+        ep.exit_status = status
+        assert (ep.outcome({"resolved": True}), ep.outcome({"resolved": False})) == (if_resolved, if_not)
+    ep.cfg["credit_unsubmitted"] = True
+    ep.exit_status = "step_limit"
+    assert ep.outcome({"resolved": True}) == "resolved"
 
 
 def test_tool_helpers():
@@ -309,6 +348,12 @@ def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
             for _ in range(2)]
     assert [strip_volatile(r) for r in runs[0]] == [strip_volatile(r) for r in runs[1]]
     assert runs[0][0]["turns"][0]["token_ids"] != runs[0][1]["turns"][0]["token_ids"]
+    for rec in runs[0]:  # sampled in a left-padded batch; a plain forward pass agrees
+        tokens, mask = rec["tokens"], torch.tensor(rec["action_mask"][1:], dtype=torch.bool)
+        with torch.no_grad():
+            logits = lm(torch.tensor([tokens])).logits[0, :-1]
+        ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        assert torch.allclose(ref[mask], torch.tensor(rec["logprobs"][1:])[mask], atol=1e-4)
     # seeding: episode -> an episode does not depend on its batch, and equals run_episode's
     per = {**cfg, "rollout": {"seeding": "episode"}}
     batch = ro.rollout([(world["alpha"], 7), (world["beta"], 7)], engine, sandbox, per,

@@ -286,11 +286,13 @@ def test_toml_strings_round_trip():
 # -- the real harbor package ---------------------------------------------------------------
 
 def _python312() -> str | None:
-    """A Python >= 3.12: $FORGELINE_PYTHON312, python3.12 on PATH (a pyenv shim may not work),
-    or pyenv's own 3.12 installs."""
+    """A Python >= 3.12, 3.12 first (the pins were frozen on 3.12.1): $FORGELINE_PYTHON312,
+    python3.12 on PATH (a pyenv shim may not run), pyenv's installs, then any later 3.x."""
+    pyenv = os.path.expanduser("~/.pyenv/versions")
     candidates = [os.environ.get("FORGELINE_PYTHON312"), shutil.which("python3.12"),
-                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")),
-                          reverse=True), "/usr/bin/python3.12"]
+                  *sorted(glob.glob(f"{pyenv}/3.12*/bin/python3.12"), reverse=True),
+                  "/usr/bin/python3.12",
+                  *sorted(glob.glob(f"{pyenv}/3.1[3-9]*/bin/python3"), reverse=True)]
     for exe in filter(None, candidates):
         try:
             ok = subprocess.run([exe, "-c", "import sys; assert sys.version_info >= (3, 12)"],

@@ -80,4 +80,5 @@ def artifact_digests(project: Path) -> dict[str, str]:
     from forgeline.provenance import sha256_file
     return {p.relative_to(project).as_posix(): sha256_file(p)
             for p in sorted((project / "results").rglob("*"))
-            if p.is_file() and not p.name.endswith("manifest.json") and p.name != ".gitignore"}
+            if p.is_file() and not p.name.endswith("manifest.json")
+            and p.name not in (".gitignore", ".snakemake_timestamp")}

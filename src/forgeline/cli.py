@@ -26,6 +26,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "split": ("forgeline.tasks.split", "repository-disjoint split with its semantic digest"),
     "funnel": ("forgeline.tasks.funnel", "count tasks at each step; account for unattributed records"),
     "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
+    "harbor": ("forgeline.tasks.harbor", "export the split as Harbor task folders"),
     "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),
 }
 TOOLS: dict[str, tuple[str, str]] = {

@@ -50,12 +50,13 @@ def tree_digest(root: str | os.PathLike, ignore: Iterable[str] = ("__pycache__",
     """sha256 over the sorted lines `relpath\\0sha256(file)\\n` of every file below root."""
     root = Path(root)
     lines = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in root.rglob("*"):
         rel = path.relative_to(root)
-        if any(part in ignore for part in rel.parts) or path.suffix == ".pyc":
+        if not path.is_file() or any(part in ignore for part in rel.parts) or path.suffix == ".pyc":
             continue
         lines.append(f"{rel.as_posix()}\0{sha256_file(path)}\n")
-    return sha256_bytes("".join(lines).encode())
+    # sorted as strings (Harbor's task digest), not as Path objects ('a-b' vs 'a/b' differ)
+    return sha256_bytes("".join(sorted(lines)).encode())
 
 
 # -- atomic writes -------------------------------------------------------------------------

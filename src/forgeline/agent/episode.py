@@ -34,14 +34,15 @@ import json
 import logging
 import re
 import shlex
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.agent.rewards import LABELS, REWARD_DEFAULTS, process_reward
+from forgeline.agent.rewards import REWARD_DEFAULTS, process_reward
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.engine import Engine, Generation, derive_seed
-from forgeline.sandbox.base import Sandbox, TaskEnv
+from forgeline.sandbox.base import Sandbox, SandboxError, TaskEnv
 from forgeline.sandbox.verify import verify
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
@@ -115,8 +116,9 @@ def _schema(name: str, description: str, params: Sequence[str]) -> dict:
                        "required": list(params)}}}
 
 
-# Short on purpose: the schemas are in every prompt (~110 tokens for all three with the
-# 4096-token tiny vocabulary, against ~530 for policy.chat's longer ones).
+# Short on purpose: the schemas are in every prompt. With the 4096-token tiny vocabulary the
+# three cost ~255 tokens (policy.chat's longer ones: ~395; most of it is the JSON structure),
+# and the whole first prompt is ~415 tokens plus the problem statement.
 AGENT_TOOLS: dict[str, dict] = {
     "bash": _schema("bash", "Run a bash command in the repository root.", ["command"]),
     "edit": _schema("edit", "Replace the one occurrence of old with new in the file path.",
@@ -573,8 +575,13 @@ class Episode:
             return self.record
         if not self.done:
             raise RuntimeError("finish() before the episode ended")
+        diff_error = None
         try:
             submission = self.session.diff() if self.session is not None else ""
+        except (SandboxError, subprocess.CalledProcessError, OSError) as exc:
+            # e.g. the agent removed .git: its answer cannot be read, so it is an empty one
+            submission, diff_error = "", f"{type(exc).__name__}: {str(exc)[:500]}"
+            log.warning("%s seed %d: no diff (%s)", self.task["instance_id"], self.seed, diff_error)
         finally:
             self.close()
         t0 = time.monotonic()
@@ -613,6 +620,7 @@ class Episode:
             "exit_status": self.exit_status,
             "outcome": outcome,
             "submission": submission,
+            "diff_error": diff_error,
             "verdict": verdict,
             "stats": {"steps": self.steps, "input_tokens": self.input_tokens,
                       "output_tokens": self.output_tokens, "sequence_tokens": len(self.tokens),

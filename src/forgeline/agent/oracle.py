@@ -319,6 +319,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     write_jsonl(out, kept)
     outputs = [out]
     if args.traj_dir:
+        Path(args.traj_dir).mkdir(parents=True, exist_ok=True)
         export_trajectories(kept, args.traj_dir)
         outputs.append(Path(args.traj_dir))
     manifest.notes = {"tasks": len(tasks), "resolved": len(kept),

@@ -114,7 +114,9 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     (instance_id, seed). `envs` ({repo: TaskEnv}) or `repos_root` locates the snapshots;
     `record_path` is the resumable JSONL (None: keep nothing on disk)."""
     c = agent_config(cfg)
-    tok = tokenizer if tokenizer is not None else engine.tokenizer
+    tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+    if tok is None:
+        raise ValueError("rollout needs the policy's tokenizer (tokenizer=, or an engine that has one)")
     keys = [(t["instance_id"], int(s)) for t, s in pairs]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate (instance_id, seed) pairs")
@@ -242,6 +244,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the sorted episode JSONL")
     parser.add_argument("--partial", help="the resumable record (default: OUT.partial)")
     parser.add_argument("--manifest", help="manifest path (default: OUT with .manifest.json)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared, loaded machine more OpenMP "
+                             "threads than free cores made generation ~8x slower)")
 
 
 def run(cfg, args: argparse.Namespace) -> None:
@@ -250,7 +255,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     from forgeline.policy.engine import HFEngine, OpenAIEngine
 
     c = agent_config(cfg.data.get("agent"))
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(max(1, args.threads))
     if args.policy:
         engine = HFEngine.from_pretrained(args.policy)
         name = args.name or Path(args.policy).name

@@ -612,19 +612,12 @@ def read_split(split_dir: Path) -> tuple[dict[str, list[dict]], list[Path], str 
     return split, paths + ([summary_path] if summary_path.is_file() else []), stated
 
 
-def _write_tree(root: Path, tasks: dict[str, dict[str, dict[str, tuple[bytes, int]]]],
-                index: dict) -> None:
-    for split_name, by_id in sorted(tasks.items()):
-        (root / split_name).mkdir(parents=True, exist_ok=True)
-        for iid, files in sorted(by_id.items()):
-            for rel, (data, mode) in files.items():
-                path = root / split_name / iid / rel
-                with atomic_path(path) as tmp:
-                    tmp.write_bytes(data)
-                os.chmod(path, mode)
-    with atomic_path(root / INDEX_NAME) as tmp:
-        tmp.write_text(json.dumps(index, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
+def _write_files(root: Path, files: dict[str, tuple[bytes, int]]) -> None:
+    for rel, (data, mode) in files.items():
+        path = root / rel
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+        os.chmod(path, mode)
 
 
 def _check_out_dir(out_dir: Path, allowed: set[str], protected: Iterable[Path]) -> None:
@@ -706,27 +699,36 @@ def run(cfg, args: argparse.Namespace) -> None:
         allowed.add(args.manifest.name)
     _check_out_dir(out_dir, allowed, [Path(args.split_dir), repos_root, Path.cwd()])
 
-    with manifest.timed("render"):
-        source = grading_module_source()
-        tasks: dict[str, dict[str, dict[str, tuple[bytes, int]]]] = {}
-        digests: dict[str, dict[str, str]] = {}
+    for rows in split.values():  # before anything is written
+        for inst in rows:
+            snap = snapshots[repo_key(inst["repo"])]
+            if inst.get("base_commit") and inst["base_commit"] != snap.commit:
+                raise ConfigError(
+                    f"{inst['instance_id']}: made from {inst['repo']} at {inst['base_commit']}, "
+                    f"but {snap.path} is now at {snap.commit}: the exported environment would "
+                    f"not be the one the task was validated in; restore the snapshot or "
+                    f"regenerate the tasks")
+    source = grading_module_source()
+    digests: dict[str, dict[str, str]] = {}
+
+    def build(root: Path) -> None:
+        """Render and write one task at a time (memory: one task), then index.json."""
         for name, rows in sorted(split.items()):
-            tasks[name], digests[name] = {}, {}
+            digests[name] = {}
+            (root / name).mkdir()
             for inst in rows:
                 snap = snapshots[repo_key(inst["repo"])]
-                if inst.get("base_commit") and inst["base_commit"] != snap.commit:
-                    raise ConfigError(
-                        f"{inst['instance_id']}: made from {inst['repo']} at {inst['base_commit']}, "
-                        f"but {snap.path} is now at {snap.commit}: the exported environment would "
-                        f"not be the one the task was validated in; restore the snapshot or "
-                        f"regenerate the tasks")
                 files = task_files(inst, name, split_digest, contents[snap.name], snap.image,
                                    settings, source)
-                tasks[name][inst["instance_id"]] = files
+                _write_files(root / name / inst["instance_id"], files)
                 digests[name][inst["instance_id"]] = task_digest(files)
-        index = index_record(digests, split_digest)
-    with manifest.timed("write"):
-        replace_dir(out_dir, lambda root: _write_tree(root, tasks, index))
+        with atomic_path(root / INDEX_NAME) as tmp:
+            tmp.write_text(json.dumps(index_record(digests, split_digest), indent=2,
+                                      sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    with manifest.timed("export"):
+        replace_dir(out_dir, build)
+    index = index_record(digests, split_digest)
     manifest.notes = {"split_digest": split_digest, "counts": index["counts"],
                       "index_sha256": sha256_bytes(canonical_json(index).encode())}
     manifest.write(args.manifest, outputs=[*(out_dir / n for n in sorted(split)),

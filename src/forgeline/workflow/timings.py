@@ -31,11 +31,13 @@ def add_arguments(parser) -> None:
 
 def run(cfg, args) -> None:
     rows = collect(args.results)
-    table = Table(title=f"time per stage ({args.results}; job seconds, not wall clock of the run)")
+    table = Table()
     for col in ("stage", "jobs", "total s", "slowest job s"):
         table.add_column(col, justify="left" if col == "stage" else "right")
     for stage, row in sorted(rows.items(), key=lambda kv: -kv[1]["wall_s"]):
         table.add_row(stage, str(int(row["jobs"])), f"{row['wall_s']:.1f}", f"{row['max_s']:.1f}")
     table.add_row("all", str(int(sum(r["jobs"] for r in rows.values()))),
                   f"{sum(r['wall_s'] for r in rows.values()):.1f}", "", style="bold")
-    Console().print(table)
+    console = Console(width=100)
+    console.print(f"time per stage in {args.results}/ (seconds summed over jobs)")
+    console.print(table)

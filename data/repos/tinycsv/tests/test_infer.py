@@ -82,7 +82,8 @@ def test_infer_columns():
     assert infer_columns(rows) == ["float", "str", "bool"]
 
 
-def test_infer_columns_empty():
+def test_infer_columns_ragged_rows():
+    assert infer_columns([["1"], ["2", "x"], []]) == ["int", "str"]
     assert infer_columns([]) == []
 
 

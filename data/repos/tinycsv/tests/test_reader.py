@@ -56,6 +56,8 @@ def test_unterminated_quote_raises():
 def test_garbage_after_closing_quote_raises():
     with pytest.raises(CSVError):
         parse('"abc"x,1\n')
+    with pytest.raises(CSVError):
+        parse('"abc" ,1\n')
 
 
 def test_custom_delimiter():
@@ -68,6 +70,10 @@ def test_custom_quotechar():
 
 def test_strip_whitespace():
     assert parse(" a , b \n", Dialect(strip=True)) == [["a", "b"]]
+
+
+def test_no_strip_by_default():
+    assert parse(" a , b \n") == [[" a ", " b "]]
 
 
 def test_strip_keeps_quoted_whitespace():

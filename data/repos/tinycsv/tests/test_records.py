@@ -39,6 +39,7 @@ def test_row_to_dict_strict_short_row_raises():
 def test_read_dicts():
     text = "name,age\nAnn,31\nBob,27\n"
     assert read_dicts(text) == [{"name": "Ann", "age": "31"}, {"name": "Bob", "age": "27"}]
+    assert read_dicts(text, strict=True) == read_dicts(text)
 
 
 def test_read_dicts_skips_blank_lines():

@@ -82,10 +82,10 @@ def column_kind(cells):
 
 
 def infer_columns(rows):
-    """Return the inferred kind of each column of a rectangular table."""
+    """Return the inferred kind of each column; short rows simply lack cells."""
     if not rows:
         return []
-    width = len(rows[0])
+    width = max(len(row) for row in rows)
     return [column_kind(row[i] for row in rows if i < len(row)) for i in range(width)]
 
 

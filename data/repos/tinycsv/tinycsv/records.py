@@ -35,7 +35,7 @@ def read_dicts(text, dialect=DEFAULT, infer=False, strict=False):
     header = check_header(rows[0])
     body = rows[1:]
     if infer:
-        kinds = infer_columns([row + [""] * (len(header) - len(row)) for row in body])
+        kinds = infer_columns(body)
         body = [[convert(cell, kinds[i]) for i, cell in enumerate(row)] for row in body]
     return [row_to_dict(header, row, strict=strict) for row in body]
 

@@ -13,8 +13,6 @@ def _is_number(value):
 
 def needs_quotes(text, dialect=DEFAULT):
     """Return True if a field must be quoted to round-trip."""
-    if text == "":
-        return False
     if text != text.strip():
         return True
     for char in (dialect.delimiter, dialect.quotechar, "\n", "\r"):

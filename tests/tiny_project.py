@@ -44,6 +44,7 @@ def write_repo(root: Path, name: str, source: str, tests: str) -> Path:
 
 def make_project(dest: Path) -> Path:
     """The workflow (Snakefile, rules, src) over TINY_REPOS with small params, at `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
     for item in ("Snakefile", "rules", "src", "profiles"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy2)(

@@ -28,6 +28,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
     "harbor": ("forgeline.tasks.harbor", "export the split as Harbor task folders"),
     "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),
+    "agent-oracle": ("forgeline.agent.oracle", "oracle trajectories through the real tools (SFT data)"),
+    "agent-rollout": ("forgeline.agent.rollout", "episodes of a policy on tasks, resumable"),
 }
 TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),

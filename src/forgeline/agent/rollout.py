@@ -118,7 +118,8 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     if tok is None:
         raise ValueError("rollout needs the policy's tokenizer (tokenizer=, or an engine that has one)")
     keys = [(t["instance_id"], int(s)) for t, s in pairs]
-    if len(set(keys)) != len(keys):
+    keyset = set(keys)
+    if len(keyset) != len(keys):
         raise ValueError("duplicate (instance_id, seed) pairs")
     done: dict[tuple[str, int], dict] = {}
     run_key = rollout_key(c, policy)
@@ -128,7 +129,7 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                 raise ValueError(f"{record_path}: record {episode_key(rec)} was made with another "
                                  f"policy or agent config ({rec.get('rollout_key')} != {run_key}); "
                                  f"delete the file or use a new one")
-            if episode_key(rec) in set(keys):
+            if episode_key(rec) in keyset:
                 done[episode_key(rec)] = rec
     todo = sorted(((t, int(s)) for t, s in pairs if (t["instance_id"], int(s)) not in done),
                   key=lambda ts: (ts[0]["instance_id"], ts[1]))
@@ -153,7 +154,6 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     started: dict[tuple[str, int], Episode] = {}  # until their record is in
     finishing: list[concurrent.futures.Future] = []
     queue = list(todo)
-    step = 0
 
     def collect(block: bool) -> None:
         ready = list(finishing) if block else [f for f in finishing if f.done()]
@@ -206,7 +206,6 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                     dt = (time.monotonic() - t0) / len(prompts)
                     for ep, _ in prompts:
                         ep.timing["generate_s"] += dt
-                step += 1
                 for fut in [pool.submit(ep.advance, g) for (ep, _), g in zip(prompts, gens)]:
                     fut.result()
                 for ep, _ in prompts:
@@ -222,7 +221,7 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
         bar.close()
         if sink is not None:
             sink.close()
-    return [records[k] for k in sorted(records) if k in set(keys)]
+    return [records[k] for k in sorted(records) if k in keyset]
 
 
 # -- the stage ------------------------------------------------------------------------------

@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgeline.provenance import file_record
+from forgeline.provenance import file_record, tree_digest
 
 log = logging.getLogger(__name__)
 # Files under results/ that are not artifacts: DVC's per-directory .gitignore files.
 NOT_ARTIFACTS = {".gitignore"}
+# Snakemake's marker inside a directory() output, written after the stage's manifest (and by
+# `snakemake --touch`): not part of the artifact. .dvcignore lists it too.
+SNAKEMAKE_MARKER = ".snakemake_timestamp"
+TREE_IGNORE = ("__pycache__", ".pytest_cache", SNAKEMAKE_MARKER)  # provenance.tree_digest's + marker
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,10 @@ def _observe(root: Path, rel: str) -> dict[str, Any] | None:
     path = Path(rel) if os.path.isabs(rel) else root / rel
     if not path.exists():
         return None
+    if path.is_dir():  # provenance.file_record of a directory, without Snakemake's marker
+        files = [p for p in path.rglob("*") if p.is_file() and p.name != SNAKEMAKE_MARKER]
+        return {"path": rel, "kind": "dir", "bytes": sum(p.stat().st_size for p in files),
+                "sha256": tree_digest(path, ignore=TREE_IGNORE), "files": len(files)}
     record = file_record(path)
     record["path"] = rel
     return record

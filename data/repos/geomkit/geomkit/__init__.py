@@ -6,4 +6,4 @@ from .polygon import is_convex, is_counter_clockwise, locate_point, perimeter, s
 from .segment import as_vecs, closest_point, distance_to_segment, intersection_point
 from .segment import on_segment, project_parameter, segment_length, segments_intersect
 from .segment import split_segment
-from .vector import EPS, Vec, angle_between, distance, midpoint, orientation
+from .vector import Vec, angle_between, distance, midpoint, orientation

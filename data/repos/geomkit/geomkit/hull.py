@@ -16,7 +16,7 @@ def _half_hull(points):
 
 def convex_hull(points):
     """Return hull vertices counter-clockwise, starting from the lowest-leftmost point."""
-    unique = sorted(set(as_vecs(points)))
+    unique = sorted(set(as_vecs(points)), key=lambda p: (p.x, p.y))
     if len(unique) <= 2:
         return unique
     lower = _half_hull(unique)
@@ -31,10 +31,7 @@ def hull_area(points):
 
 def hull_perimeter(points):
     """Perimeter of the convex hull of the points."""
-    hull = convex_hull(points)
-    if len(hull) == 2:
-        return 2 * (hull[1] - hull[0]).length()
-    return perimeter(hull)
+    return perimeter(convex_hull(points))
 
 
 def diameter(points):

@@ -1,7 +1,7 @@
 """Polygon measurements and point-in-polygon tests."""
 
 from .segment import as_vecs, on_segment
-from .vector import EPS, Vec, distance, orientation
+from .vector import Vec, distance, orientation
 
 INSIDE = "inside"
 OUTSIDE = "outside"
@@ -16,11 +16,8 @@ def _edges(points):
 
 def signed_area(points):
     """Shoelace signed area: positive for counter-clockwise vertex order."""
-    pts = as_vecs(points)
-    if len(pts) < 3:
-        return 0.0
     total = 0.0
-    for a, b in _edges(pts):
+    for a, b in _edges(as_vecs(points)):
         total += a.cross(b)
     return total / 2.0
 
@@ -37,17 +34,14 @@ def is_counter_clockwise(points):
 
 def perimeter(points):
     """Total length of the closed boundary."""
-    pts = as_vecs(points)
-    if len(pts) < 2:
-        return 0.0
-    return sum(distance(a, b) for a, b in _edges(pts))
+    return sum(distance(a, b) for a, b in _edges(as_vecs(points)))
 
 
 def centroid(points):
     """Area centroid of a simple polygon."""
     pts = as_vecs(points)
     a = signed_area(pts)
-    if abs(a) <= EPS:
+    if a == 0:
         raise ValueError("degenerate polygon has no centroid")
     cx = 0.0
     cy = 0.0
@@ -60,21 +54,17 @@ def centroid(points):
 
 
 def bounding_box(points):
-    """Return (min corner, max corner) of the points."""
+    """Return (min corner, max corner) of the points; ValueError if there are none."""
     pts = as_vecs(points)
-    if not pts:
-        raise ValueError("no points")
     xs = [p.x for p in pts]
     ys = [p.y for p in pts]
     return Vec(min(xs), min(ys)), Vec(max(xs), max(ys))
 
 
 def is_convex(points):
-    """Return True if the polygon is convex (collinear vertices allowed)."""
+    """Return True if the polygon is convex (collinear vertices allowed, degenerate ones not)."""
     pts = as_vecs(points)
     count = len(pts)
-    if count < 3:
-        return False
     sign = 0
     for i in range(count):
         turn = orientation(pts[i], pts[(i + 1) % count], pts[(i + 2) % count])

@@ -1,16 +1,13 @@
 """Line segments: containment, intersection and distances."""
 
-from .vector import EPS, Vec, orientation
+from .vector import Vec, orientation
 
 
 def on_segment(p, a, b):
     """Return True if point p lies on the closed segment ab."""
     if orientation(a, b, p) != 0:
         return False
-    return (
-        min(a.x, b.x) - EPS <= p.x <= max(a.x, b.x) + EPS
-        and min(a.y, b.y) - EPS <= p.y <= max(a.y, b.y) + EPS
-    )
+    return min(a.x, b.x) <= p.x <= max(a.x, b.x) and min(a.y, b.y) <= p.y <= max(a.y, b.y)
 
 
 def segments_intersect(a, b, c, d):
@@ -21,15 +18,15 @@ def segments_intersect(a, b, c, d):
     o4 = orientation(c, d, b)
     if o1 != o2 and o3 != o4:
         return True
-    if o1 == 0 and on_segment(c, a, b):
-        return True
-    if o2 == 0 and on_segment(d, a, b):
-        return True
-    if o3 == 0 and on_segment(a, c, d):
-        return True
-    if o4 == 0 and on_segment(b, c, d):
-        return True
+    if o1 == 0 and o2 == 0:
+        # collinear: the segments meet if their projections overlap on both axes
+        return _overlap(a.x, b.x, c.x, d.x) and _overlap(a.y, b.y, c.y, d.y)
     return False
+
+
+def _overlap(p, q, r, s):
+    """Return True if the closed intervals [p, q] and [r, s] (any order) overlap."""
+    return max(min(p, q), min(r, s)) <= min(max(p, q), max(r, s))
 
 
 def intersection_point(a, b, c, d):
@@ -37,12 +34,12 @@ def intersection_point(a, b, c, d):
     r = b - a
     s = d - c
     denom = r.cross(s)
-    if abs(denom) <= EPS:
+    if denom == 0:
         return None
     qp = c - a
     t = qp.cross(s) / denom
     u = qp.cross(r) / denom
-    if -EPS <= t <= 1 + EPS and -EPS <= u <= 1 + EPS:
+    if 0 <= t <= 1 and 0 <= u <= 1:
         return a + r * t
     return None
 
@@ -51,7 +48,7 @@ def project_parameter(p, a, b):
     """Return t such that a + t*(b-a) is the projection of p onto line ab."""
     ab = b - a
     length_sq = ab.length_squared()
-    if length_sq <= EPS:
+    if length_sq == 0:
         return 0.0
     return (p - a).dot(ab) / length_sq
 

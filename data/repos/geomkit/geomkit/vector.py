@@ -2,13 +2,8 @@
 
 import math
 
-EPS = 1e-9
-
-
 class Vec:
     """An immutable 2D point or vector."""
-
-    __slots__ = ("x", "y")
 
     def __init__(self, x, y):
         self.x = x
@@ -29,13 +24,14 @@ class Vec:
     def __eq__(self, other):
         if not isinstance(other, Vec):
             return NotImplemented
-        return abs(self.x - other.x) <= EPS and abs(self.y - other.y) <= EPS
+        return self.x == other.x and self.y == other.y
 
     def __hash__(self):
-        return hash((round(self.x, 6), round(self.y, 6)))
+        return hash((self.x, self.y))
 
-    def __lt__(self, other):
-        return (self.x, self.y) < (other.x, other.y)
+    def rounded(self, digits=9):
+        """Return a copy with both coordinates rounded (useful for float results)."""
+        return Vec(round(self.x, digits) + 0.0, round(self.y, digits) + 0.0)
 
     def __repr__(self):
         return "Vec(%r, %r)" % (self.x, self.y)
@@ -59,7 +55,7 @@ class Vec:
     def normalized(self):
         """Unit vector in the same direction."""
         size = self.length()
-        if size <= EPS:
+        if size == 0:
             raise ValueError("cannot normalise a zero vector")
         return Vec(self.x / size, self.y / size)
 
@@ -92,8 +88,8 @@ def angle_between(u, v):
 def orientation(a, b, c):
     """Return 1 for a counter-clockwise turn a->b->c, -1 for clockwise, 0 if collinear."""
     value = (b - a).cross(c - a)
-    if value > EPS:
+    if value > 0:
         return 1
-    if value < -EPS:
+    if value < 0:
         return -1
     return 0

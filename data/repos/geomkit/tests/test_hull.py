@@ -11,6 +11,14 @@ def test_hull_square_with_interior_and_collinear_points():
 
 def test_hull_triangle_order():
     assert convex_hull([(3, 0), (0, 0), (0, 3)]) == [Vec(0, 0), Vec(3, 0), Vec(0, 3)]
+    assert convex_hull([(1, 0), (0, 1), (0, 0)]) == [Vec(0, 0), Vec(1, 0), Vec(0, 1)]
+
+
+def test_hull_octagon():
+    ring = [(0, 1), (1, 0), (2, 0), (3, 1), (3, 2), (2, 3), (1, 3), (0, 2)]
+    inner = [(1, 1), (2, 2), (1.5, 1.5), (2, 1)]
+    assert convex_hull(inner + list(reversed(ring))) == [Vec(*p) for p in ring]
+    assert hull_area(ring + inner) == 7.0
 
 
 def test_hull_duplicates_removed():
@@ -38,6 +46,7 @@ def test_hull_perimeter_of_segment():
 def test_diameter():
     assert diameter([(0, 0), (3, 0), (3, 4), (1, 1)]) == 5.0
     assert diameter([(2, 2)]) == 0.0
+    assert diameter([(0, 0), (10, 0), (5, 1)]) == 10.0
 
 
 def test_extreme_point():

@@ -41,6 +41,8 @@ def test_area_degenerate():
 def test_is_counter_clockwise():
     assert is_counter_clockwise(SQUARE) is True
     assert is_counter_clockwise(list(reversed(SQUARE))) is False
+    assert is_counter_clockwise([(0, 0), (1, 0), (0, 1)]) is True
+    assert is_counter_clockwise([(0, 0), (1, 1), (2, 2)]) is False
 
 
 def test_perimeter():
@@ -50,16 +52,16 @@ def test_perimeter():
 
 
 def test_centroid_square():
-    assert centroid(SQUARE) == Vec(1, 1)
+    assert centroid(SQUARE).rounded() == Vec(1, 1)
 
 
 def test_centroid_triangle_and_clockwise():
-    assert centroid([(0, 0), (6, 0), (0, 3)]) == Vec(2, 1)
-    assert centroid([(0, 3), (6, 0), (0, 0)]) == Vec(2, 1)
+    assert centroid([(0, 0), (6, 0), (0, 3)]).rounded() == Vec(2, 1)
+    assert centroid([(0, 3), (6, 0), (0, 0)]).rounded() == Vec(2, 1)
 
 
 def test_centroid_l_shape():
-    assert centroid(L_SHAPE) == Vec(1.5, 1.0)
+    assert centroid(L_SHAPE).rounded() == Vec(1.5, 1.0)
 
 
 def test_centroid_degenerate_raises():
@@ -69,6 +71,7 @@ def test_centroid_degenerate_raises():
 
 def test_bounding_box():
     assert bounding_box(L_SHAPE) == (Vec(0, 0), Vec(4, 3))
+    assert bounding_box([(1, 2), (5, -1), (3, 4)]) == (Vec(1, -1), Vec(5, 4))
     with pytest.raises(ValueError):
         bounding_box([])
 
@@ -79,11 +82,23 @@ def test_is_convex():
     assert is_convex(L_SHAPE) is False
 
 
+def test_is_convex_triangle_and_pentagon():
+    assert is_convex([(0, 0), (1, 0), (0, 1)]) is True
+    assert is_convex([(0, 0), (2, 0), (3, 2), (1, 3), (-1, 2)]) is True
+
+
+def test_is_convex_concave_quad():
+    assert is_convex([(0, 0), (2, 1), (4, 0), (2, 4)]) is False
+    assert is_convex([(2, 1), (4, 0), (2, 4), (0, 0)]) is False
+
+
 def test_is_convex_with_collinear_vertex():
     assert is_convex([(0, 0), (1, 0), (2, 0), (2, 2), (0, 2)]) is True
+    assert is_convex([(0, 0), (2, 0), (2, 2), (1, 2), (0, 2)]) is True
 
 
 def test_is_convex_degenerate():
+    assert is_convex([]) is False
     assert is_convex([(0, 0), (1, 1)]) is False
     assert is_convex([(0, 0), (1, 1), (2, 2)]) is False
 

@@ -52,13 +52,25 @@ def test_segments_would_cross_if_extended():
     assert segments_intersect(Vec(0, 0), Vec(1, 1), Vec(0, 4), Vec(1, 3)) is False
 
 
+def test_segments_endpoint_on_line_beyond_segment():
+    assert segments_intersect(Vec(0, 0), Vec(4, 0), Vec(5, 0), Vec(3, 2)) is False
+    assert segments_intersect(Vec(5, 0), Vec(3, 2), Vec(0, 0), Vec(4, 0)) is False
+
+
+def test_segments_collinear_vertical():
+    assert segments_intersect(Vec(1, 0), Vec(1, 2), Vec(1, 2), Vec(1, 5)) is True
+    assert segments_intersect(Vec(1, 0), Vec(1, 2), Vec(1, 3), Vec(1, 5)) is False
+
+
 def test_intersection_point():
     assert intersection_point(A, B, Vec(0, 4), Vec(4, 0)) == Vec(2, 2)
+    assert intersection_point(Vec(1, 1), Vec(5, 5), Vec(1, 5), Vec(5, 1)) == Vec(3, 3)
     assert intersection_point(Vec(0, 0), Vec(2, 0), Vec(1, -1), Vec(1, 3)) == Vec(1, 0)
 
 
 def test_intersection_point_at_endpoint():
     assert intersection_point(Vec(0, 0), Vec(2, 0), Vec(2, 0), Vec(2, 5)) == Vec(2, 0)
+    assert intersection_point(Vec(0, 0), Vec(2, 0), Vec(0, -3), Vec(0, 0)) == Vec(0, 0)
 
 
 def test_intersection_point_none():
@@ -71,12 +83,14 @@ def test_project_parameter():
     assert project_parameter(Vec(2, 5), Vec(0, 0), Vec(4, 0)) == 0.5
     assert project_parameter(Vec(-2, 1), Vec(0, 0), Vec(4, 0)) == -0.5
     assert project_parameter(Vec(3, 3), Vec(1, 1), Vec(1, 1)) == 0.0
+    assert project_parameter(Vec(3, 7), Vec(1, 1), Vec(5, 1)) == 0.5
 
 
 def test_closest_point_clamps():
     assert closest_point(Vec(2, 5), Vec(0, 0), Vec(4, 0)) == Vec(2, 0)
     assert closest_point(Vec(-3, 1), Vec(0, 0), Vec(4, 0)) == Vec(0, 0)
     assert closest_point(Vec(9, 1), Vec(0, 0), Vec(4, 0)) == Vec(4, 0)
+    assert closest_point(Vec(2, 9), Vec(1, 1), Vec(5, 1)) == Vec(2, 1)
 
 
 def test_distance_to_segment():
@@ -91,6 +105,7 @@ def test_segment_length():
 def test_split_segment():
     assert split_segment(Vec(0, 0), Vec(4, 2), 2) == [Vec(0, 0), Vec(2, 1), Vec(4, 2)]
     assert split_segment(Vec(0, 0), Vec(1, 0), 1) == [Vec(0, 0), Vec(1, 0)]
+    assert split_segment(Vec(1, 1), Vec(3, 5), 2) == [Vec(1, 1), Vec(2, 3), Vec(3, 5)]
 
 
 def test_split_segment_invalid():

@@ -15,13 +15,16 @@ def test_scale_and_negate():
     assert -Vec(1, -2) == Vec(-1, 2)
 
 
-def test_equality_tolerance():
-    assert Vec(1, 1) == Vec(1 + 1e-12, 1)
-    assert Vec(1, 1) != Vec(1.001, 1)
+def test_equality_and_hash():
+    assert Vec(1, 2) == Vec(1.0, 2.0)
+    assert Vec(1, 2) != Vec(2, 1)
+    assert (Vec(1, 2) == (1, 2)) is False
+    assert len({Vec(1, 2), Vec(1, 2), Vec(2, 1)}) == 2
 
 
-def test_ordering_by_x_then_y():
-    assert sorted([Vec(2, 0), Vec(1, 5), Vec(1, 2)]) == [Vec(1, 2), Vec(1, 5), Vec(2, 0)]
+def test_rounded():
+    assert Vec(0.1 + 0.2, -1e-12).rounded() == Vec(0.3, 0)
+    assert Vec(1.23456, 2.5).rounded(2) == Vec(1.23, 2.5)
 
 
 def test_dot_and_cross():
@@ -50,8 +53,9 @@ def test_perpendicular():
 
 
 def test_rotated_quarter_turn():
-    assert Vec(1, 0).rotated(math.pi / 2) == Vec(0, 1)
-    assert Vec(1, 0).rotated(math.pi) == Vec(-1, 0)
+    assert Vec(1, 0).rotated(math.pi / 2).rounded() == Vec(0, 1)
+    assert Vec(1, 2).rotated(math.pi / 2).rounded() == Vec(-2, 1)
+    assert Vec(1, 2).rotated(math.pi).rounded() == Vec(-1, -2)
 
 
 def test_distance_and_midpoint():

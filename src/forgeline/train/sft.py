@@ -1,0 +1,496 @@
+"""Stage `sft`: supervised fine-tuning of the tiny base policy on agent trajectories.
+
+Data (never a pool or panel repository: asserted):
+
+- oracle episodes of the `repos.sft` repositories (`forgeline agent-oracle` records: `tokens`,
+  `action_mask`); the loss is on the action tokens only (the assistant turns, each with its
+  closing <|im_end|>), exactly the tokens a policy would have generated;
+- synthetic edit trajectories, built without any sandbox: one `forgeline.tasks.mutations`
+  mutation of a function of some Python source (the SFT repositories' package code and the
+  interpreter's standard library), rendered as the oracle's conversation
+  (statement naming the function -> `grep -rn "def f(" pkg` -> `nl -ba file | sed -n 'A,Bp'`
+  -> `edit` with the fix -> `submit`), with the tool outputs written the way the agent writes
+  them (`exit code: 0\\n` + output, cut by `episode.truncate`; `edited PATH`). There are no
+  tests to run, so the oracle's pytest turn is left out.
+
+Training: examples cut to `max_seq_len`, shuffled per epoch with a seeded RNG, packed into
+batches of at most `tokens_per_batch` padded tokens, AdamW, linear warm-up then cosine (or
+linear) decay, gradient-norm clipping, torch deterministic algorithms. Writes a Hugging Face
+folder (weights + tokenizer, like `policy-init`) with `loss_curve.json` / `loss_curve.png`,
+atomically (temp folder + rename), then the manifest.
+
+Pure parts (unit-tested): `conversation_tokens`, `example_from_record`, `synthetic_messages`,
+`truncate_example`, `make_batches`, `collate`, `masked_lm_loss`, `lr_at`.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from tqdm import tqdm
+
+from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, tool_schemas,
+                                     truncate)
+from forgeline.agent.oracle import _enclosing_function, _first_changed_line, fix_edit, oracle_texts, parse_patch
+from forgeline.policy.chat import assistant_message, render, tool_message
+from forgeline.policy.init_stage import _install, portable_tokenizer_config, stage_seed
+from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
+from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl, stage_sources, write_json
+from forgeline.tasks.mutations import KINDS, apply_mutation, enumerate_mutation_sites
+from forgeline.tasks.schema import repo_key
+
+log = logging.getLogger(__name__)
+STAGE = "train.sft"
+
+DEFAULTS: dict[str, Any] = {
+    "max_seq_len": 2048,        # tokens; longer examples are cut (their prefix kept)
+    "tokens_per_batch": 8192,   # padded tokens per optimizer step (batch x longest example)
+    "epochs": 2,                # passes over the data (max_steps > 0 caps the steps)
+    "max_steps": 0,             # optimizer steps (0 = epochs decide)
+    "lr": 1.0e-3,               # peak AdamW learning rate
+    "min_lr_ratio": 0.1,        # final lr = lr x this
+    "warmup_steps": 20,         # linear warm-up steps
+    "schedule": "cosine",       # cosine | linear decay after warm-up
+    "weight_decay": 0.01,
+    "betas": [0.9, 0.95],
+    "grad_clip": 1.0,           # max global gradient norm
+    "threads": 1,               # torch threads (a shared machine: 1)
+    "oracle_repeat": 2,         # each oracle episode appears this often per epoch
+    "synthetic": {
+        "examples": 400,        # synthetic mutation/fix conversations
+        "stdlib": True,         # draw sources from the interpreter's standard library
+        "repos": True,          # ... and from the SFT repositories' package code
+        "max_file_bytes": 16000,  # source files larger than this are not used
+        "max_lines": 30,        # lines of the function shown (the oracle's max_lines)
+        "per_file": 2,          # examples per source file at most
+        "kinds": list(KINDS),   # mutation kinds
+    },
+}
+
+
+def sft_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """DEFAULTS overlaid by `section` (the config's `train.sft`); unknown keys are an error."""
+    out = json.loads(json.dumps(DEFAULTS))
+    for key, value in (section or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"train.sft: unknown key {key} (known: {', '.join(sorted(DEFAULTS))})")
+        if isinstance(DEFAULTS[key], dict):
+            unknown = sorted(set(value) - set(DEFAULTS[key]))
+            if unknown:
+                raise ValueError(f"train.sft.{key}: unknown keys {unknown}")
+            out[key].update(json.loads(json.dumps(value)))
+        else:
+            out[key] = json.loads(json.dumps(value))
+    if out["schedule"] not in ("cosine", "linear"):
+        raise ValueError(f"train.sft.schedule={out['schedule']!r}: expected cosine or linear")
+    return out
+
+
+# -- examples -------------------------------------------------------------------------------
+
+def conversation_tokens(tokenizer, messages: Sequence[Mapping[str, Any]], tools: Sequence[dict]
+                        ) -> tuple[list[int], list[int]]:
+    """(tokens, action_mask) of a conversation, built like the agent's record: the rendered
+    non-assistant parts tokenized, each assistant turn's content tokenized alone plus
+    <|im_end|> (mask 1), the rest mask 0. Every boundary is a special token, so `tokens` equals
+    the tokenization of the full rendering (tested)."""
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False) if text else []  # noqa: E731
+    tokens: list[int] = []
+    mask: list[int] = []
+    pos = 0
+    for k, msg in enumerate(messages):
+        if msg["role"] != "assistant":
+            continue
+        prompt = render(tokenizer, messages[:k], tools, add_generation_prompt=True)
+        part = enc(prompt[pos:])
+        tokens += part
+        mask += [0] * len(part)
+        action = enc(msg["content"]) + [im_end]
+        tokens += action
+        mask += [1] * len(action)
+        pos = len(prompt) + len(msg["content"]) + len(IM_END)
+    full = render(tokenizer, messages, tools, add_generation_prompt=False)
+    tail = enc(full[pos:])
+    tokens += tail
+    mask += [0] * len(tail)
+    return tokens, mask
+
+
+def example_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An SFT example from an agent record (oracle or policy): its `tokens` and `action_mask`."""
+    tokens, mask = list(record["tokens"]), list(record["action_mask"])
+    if len(tokens) != len(mask):
+        raise ValueError(f"{record.get('instance_id')}: tokens and action_mask differ in length")
+    return {"id": f"oracle:{record['instance_id']}", "tokens": tokens, "mask": mask}
+
+
+def truncate_example(example: Mapping[str, Any], max_len: int) -> dict[str, Any] | None:
+    """The example cut to its first `max_len` tokens; None if no action token is left."""
+    tokens, mask = example["tokens"][:max_len], example["mask"][:max_len]
+    if not any(mask[1:]):
+        return None
+    return {**example, "tokens": list(tokens), "mask": list(mask)}
+
+
+def _nl(lines: Sequence[str], lo: int, hi: int) -> str:
+    """What `nl -ba FILE | sed -n 'lo,hip'` prints (GNU nl: 6-wide right-aligned number, tab)."""
+    out = []
+    for n in range(lo, min(hi, len(lines)) + 1):
+        text = lines[n - 1]
+        out.append(f"{n:6d}\t{text if text.endswith(chr(10)) else text + chr(10)}")
+    return "".join(out)
+
+
+def _result(output: str, max_chars: int) -> str:
+    """A bash tool result as the agent writes it: 'exit code: N' + newline + output, cut."""
+    return truncate(f"exit code: 0\n{output}" if output else "exit code: 0", max_chars)
+
+
+def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
+                       max_tool_output_chars: int = 2000) -> list[dict] | None:
+    """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
+    the file at repo-relative `path`): system, user (a statement naming the function), then
+    grep / nl / edit / submit turns with synthesised tool results. None when the mutation
+    cannot be rendered as one unique edit (several hunks, an ambiguous `old`, no newline at
+    the end of the file)."""
+    if not clean.endswith("\n"):
+        return None
+    buggy = apply_mutation(clean, site)
+    patch = "".join(difflib.unified_diff(clean.splitlines(True), buggy.splitlines(True),
+                                         f"a/{path}", f"b/{path}", n=3))
+    hunks = parse_patch(patch).get(path, [])
+    if len(hunks) != 1:
+        return None
+    hunk = hunks[0]
+    old, new = fix_edit(hunk, buggy)
+    if buggy.count(old) != 1 or buggy.replace(old, new, 1) != clean:
+        return None
+    line = _first_changed_line(hunk)
+    fn = _enclosing_function(buggy, line)
+    if fn is None:
+        return None
+    name = site.function.rsplit(".", 1)[-1]
+    lines = buggy.splitlines(True)
+    folder = path.split("/")[0] if "/" in path else "."
+    grep = "".join(f"{path if folder != '.' else './' + path}:{i}:{text}"
+                   for i, text in enumerate(lines, 1) if f"def {name}(" in text)
+    if not grep:
+        return None
+    lo, hi = fn[1], fn[2]
+    if hi - lo + 1 > max_lines:
+        lo = max(fn[1], line - max_lines // 2)
+        hi = lo + max_lines - 1
+    module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    statement = (f"`{module}.{site.function}` gives wrong results\n\n"
+                 f"Since a recent change, `{site.function}` in `{path}` no longer behaves as "
+                 f"documented: calls that used to work now return a wrong value or raise.")
+    actions = [("bash", {"command": f'grep -rn "def {name}(" {folder}'}),
+               ("bash", {"command": f"nl -ba {path} | sed -n '{lo},{hi}p'"}),
+               ("edit", {"path": path, "old": old, "new": new}),
+               ("submit", {})]
+    results = [_result(grep, max_tool_output_chars),
+               _result(_nl(lines, lo, hi), max_tool_output_chars),
+               truncate(f"edited {path}", max_tool_output_chars)]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
+    for text, result in zip(oracle_texts(actions), [*results, None]):
+        messages.append(assistant_message(text))
+        if result is not None:
+            messages.append(tool_message(result))
+    return messages
+
+
+def _rank(seed: int, name: str) -> str:
+    return hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()
+
+
+def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
+                            kinds: Sequence[str] = KINDS, max_lines: int = 30, per_file: int = 2,
+                            max_tool_output_chars: int = 2000) -> list[tuple[str, list[dict]]]:
+    """Up to `n` (id, messages) synthetic conversations from `files` [(repo-relative path,
+    text)]: files in a seeded hash order, one mutation kind per file (rotating), at most
+    `per_file` sites per file drawn with random.Random(seed:path). Deterministic."""
+    out: list[tuple[str, list[dict]]] = []
+    order = sorted(files, key=lambda f: _rank(seed, f[0]))
+    for i, (path, text) in enumerate(order):
+        if len(out) >= n:
+            break
+        kind = kinds[i % len(kinds)]
+        sites = enumerate_mutation_sites(text, [kind], path)
+        rng = random.Random(_rank(seed, path))
+        rng.shuffle(sites)
+        got = 0
+        for site in sites:
+            if got >= per_file or len(out) >= n:
+                break
+            msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars)
+            if msgs is not None:
+                out.append((f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}", msgs))
+                got += 1
+    return out
+
+
+def synthetic_sources(sft_repo_dirs: Iterable[Path], stdlib: bool, repos: bool,
+                      max_file_bytes: int) -> list[tuple[str, str]]:
+    """(repo-relative path, text) of the source files synthetic examples are made from: the
+    SFT repositories' package files (no tests) and the standard library (as `collect_corpus`
+    samples it). A stdlib module `x.py` gets the path `x/__init__.py`, so every file lives in
+    a package folder, as in the task repositories."""
+    out = []
+    if repos:
+        for f in collect_corpus(list(sft_repo_dirs), None):
+            rel = f.name.split("/", 1)[1]
+            if rel.endswith(".py") and not rel.startswith(("tests/", "test_")) and len(f.text.encode()) <= max_file_bytes:
+                out.append((rel, f.text))
+    if stdlib:
+        for f in collect_corpus([], stdlib_dir(), stdlib_max_bytes=50_000_000, max_file_bytes=max_file_bytes):
+            rel = f.name.split(":", 1)[1]
+            if "/" not in rel:
+                rel = f"{rel[:-3]}/__init__.py"
+            out.append((rel, f.text))
+    return sorted(out)
+
+
+# -- batching and the loss --------------------------------------------------------------------
+
+def make_batches(lengths: Sequence[int], tokens_per_batch: int, seed: int, epoch: int) -> list[list[int]]:
+    """Index batches for one epoch: indices shuffled by random.Random(f"{seed}:{epoch}"), then
+    packed in that order so that len(batch) x max length <= tokens_per_batch (a longer single
+    example is a batch alone). Every index appears exactly once."""
+    order = list(range(len(lengths)))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        if cur and new_longest * (len(cur) + 1) > tokens_per_batch:
+            batches.append(cur)
+            cur, new_longest = [], lengths[i]
+        cur.append(i)
+        longest = new_longest
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def collate(examples: Sequence[Mapping[str, Any]], pad_id: int):
+    """(input_ids, attention_mask, loss_mask) LongTensors [B, T], right-padded with pad_id."""
+    import torch
+
+    width = max(len(e["tokens"]) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    loss = torch.zeros((len(examples), width), dtype=torch.long)
+    for b, e in enumerate(examples):
+        n = len(e["tokens"])
+        ids[b, :n] = torch.tensor(e["tokens"], dtype=torch.long)
+        att[b, :n] = 1
+        loss[b, :n] = torch.tensor(e["mask"], dtype=torch.long)
+    return ids, att, loss
+
+
+def masked_lm_loss(logits, input_ids, loss_mask):
+    """Mean next-token cross-entropy over the positions whose TARGET token has loss_mask 1
+    (logits[:, t] predicts input_ids[:, t+1]). Returns (loss, number of target tokens)."""
+    import torch.nn.functional as F
+
+    target = input_ids[:, 1:]
+    m = loss_mask[:, 1:].bool()
+    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)
+    nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    count = int(m.sum())
+    return (nll[m].sum() / max(count, 1)), count
+
+
+def lr_at(step: int, total: int, warmup: int, base: float, min_ratio: float, kind: str = "cosine") -> float:
+    """Learning rate of optimizer step `step` (0-based) of `total`: linear warm-up over
+    `warmup` steps to `base`, then cosine or linear decay to base x min_ratio at the end."""
+    if warmup > 0 and step < warmup:
+        return base * (step + 1) / warmup
+    span = max(total - warmup, 1)
+    frac = min(max(step - warmup, 0) / span, 1.0)
+    decay = 0.5 * (1 + math.cos(math.pi * frac)) if kind == "cosine" else 1 - frac
+    return base * (min_ratio + (1 - min_ratio) * decay)
+
+
+def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], seed: int,
+          pad_id: int, progress: bool = True) -> list[dict]:
+    """Train `model` in place on `examples` ({tokens, mask}); returns the loss curve
+    [{step, epoch, loss, tokens, lr, grad_norm}]. Deterministic for the same inputs and seed
+    (torch.manual_seed(seed), deterministic algorithms, seeded batch order)."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    lengths = [len(e["tokens"]) for e in examples]
+    epochs = int(cfg["epochs"])
+    plan = [(ep, b) for ep in range(epochs) for b in make_batches(lengths, int(cfg["tokens_per_batch"]), seed, ep)]
+    if int(cfg["max_steps"]) > 0:
+        # more steps than the epochs give: keep drawing epochs
+        ep = epochs
+        while len(plan) < int(cfg["max_steps"]):
+            plan += [(ep, b) for b in make_batches(lengths, int(cfg["tokens_per_batch"]), seed, ep)]
+            ep += 1
+        plan = plan[: int(cfg["max_steps"])]
+    total = len(plan)
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg["weight_decay"])},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=float(cfg["lr"]), betas=tuple(cfg["betas"]), eps=1e-8)
+    model.train()
+    curve: list[dict] = []
+    bar = tqdm(plan, desc="sft", unit="step", dynamic_ncols=True, disable=not progress)
+    for step, (epoch, idx) in enumerate(bar):
+        lr = lr_at(step, total, int(cfg["warmup_steps"]), float(cfg["lr"]), float(cfg["min_lr_ratio"]),
+                   cfg["schedule"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ids, att, lmask = collate([examples[i] for i in idx], pad_id)
+        logits = model(input_ids=ids, attention_mask=att).logits
+        loss, count = masked_lm_loss(logits, ids, lmask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
+        opt.step()
+        curve.append({"step": step, "epoch": epoch, "loss": round(float(loss), 6), "tokens": count,
+                      "examples": len(idx), "lr": lr, "grad_norm": round(float(norm), 6)})
+        bar.set_postfix(loss=f"{float(loss):.3f}", lr=f"{lr:.1e}")
+    model.eval()
+    return curve
+
+
+def plot_curve(curve: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """A PNG of the loss per step (and its 20-step moving average)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [c["step"] for c in curve]
+    loss = [c["loss"] for c in curve]
+    k = 20
+    avg = [sum(loss[max(0, i - k + 1):i + 1]) / len(loss[max(0, i - k + 1):i + 1]) for i in range(len(loss))]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(steps, loss, lw=0.6, alpha=0.5, label="loss (action tokens)")
+    ax.plot(steps, avg, lw=1.5, label=f"{k}-step mean")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title("SFT")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+def check_sft_repos(records: Iterable[Mapping[str, Any]], sft: Sequence[str], forbidden: Sequence[str]) -> None:
+    """Raise unless every record's repository is an SFT repository and none is forbidden
+    (the RL pool, the panel)."""
+    sft_set, bad = set(sft), set(forbidden)
+    assert not sft_set & bad, f"repos.sft overlaps the pool/panel: {sorted(sft_set & bad)}"
+    for rec in records:
+        key = repo_key(rec["repo"])
+        if key not in sft_set or key in bad:
+            raise ValueError(f"{rec.get('instance_id')}: repository {key} is not an SFT repository "
+                             f"(repos.sft = {sorted(sft_set)}): SFT never sees pool or panel tasks")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--init", required=True, help="the policy folder to start from (policy-init)")
+    parser.add_argument("--oracle", nargs="*", default=[], help="oracle episode JSONL file(s)")
+    parser.add_argument("--out", required=True, help="the trained policy folder")
+    parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    c = sft_config(cfg.data.get("train", {}).get("sft"))
+    a = agent_config(cfg.data.get("agent"))
+    torch.set_num_threads(max(1, int(c["threads"])))
+    seed = stage_seed(int(cfg["seed"]), STAGE)
+    repos_root = Path(cfg["repos"]["root"])
+    sft_repos = sorted(cfg["repos"]["sft"])
+    forbidden = sorted(set(cfg["repos"].get("pool", [])) | set(cfg["repos"].get("panel", [])))
+    manifest = Manifest(stage=STAGE, params={"train.sft": c, "agent.tools": a["tools"]},
+                        seeds={"sft": seed}, inputs=[args.init, *args.oracle],
+                        code=stage_sources(__name__))
+    tokenizer = AutoTokenizer.from_pretrained(args.init)
+    model = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+
+    with manifest.timed("data"):
+        records = [r for f in sorted(args.oracle) for r in read_jsonl(f)]
+        check_sft_repos(records, sft_repos, forbidden)
+        records = sorted((r for r in records if r.get("outcome") == "resolved"),
+                         key=lambda r: r["instance_id"])
+        examples = [example_from_record(r) for r in records] * max(1, int(c["oracle_repeat"]))
+        s = c["synthetic"]
+        tools = tool_schemas(a["tools"])
+        synth: list = []
+        if int(s["examples"]) > 0:
+            files = synthetic_sources([repos_root / r for r in sft_repos], bool(s["stdlib"]),
+                                      bool(s["repos"]), int(s["max_file_bytes"]))
+            synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
+                                            int(s["max_lines"]), int(s["per_file"]),
+                                            int(a["max_tool_output_chars"]))
+        for sid, msgs in synth:
+            tokens, mask = conversation_tokens(tokenizer, msgs, tools)
+            examples.append({"id": sid, "tokens": tokens, "mask": mask})
+        cut = [truncate_example(e, int(c["max_seq_len"])) for e in examples]
+        n_cut = sum(len(e["tokens"]) > int(c["max_seq_len"]) for e in examples)
+        examples = [e for e in cut if e is not None]
+    if not examples:
+        raise SystemExit("no SFT examples (no resolved oracle episodes and no synthetic ones)")
+    log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d cut to %d tokens; %d tokens, %d action",
+             len(records), int(c["oracle_repeat"]), len(synth), n_cut, int(c["max_seq_len"]),
+             sum(len(e["tokens"]) for e in examples), sum(sum(e["mask"]) for e in examples))
+    t0 = time.process_time()
+    with manifest.timed("train"):
+        curve = train(model, examples, c, seed, tokenizer.pad_token_id)
+    cpu_s = time.process_time() - t0
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        with manifest.timed("save"):
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+            portable_tokenizer_config(tmp / "tokenizer_config.json")
+            write_json(tmp / "loss_curve.json", curve)
+            plot_curve(curve, tmp / "loss_curve.png")
+        os.chmod(tmp, 0o755)
+        _install(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+    n_tok = sum(x["tokens"] for x in curve)
+    first = [x["loss"] for x in curve[:10]]
+    last = [x["loss"] for x in curve[-10:]]
+    manifest.notes = {
+        "oracle_episodes": len(records), "oracle_repos": sorted({repo_key(r["repo"]) for r in records}),
+        "synthetic_examples": len(synth), "examples": len(examples), "cut_examples": n_cut,
+        "sequence_tokens": sum(len(e["tokens"]) for e in examples),
+        "action_tokens": sum(sum(e["mask"]) for e in examples),
+        "steps": len(curve), "trained_action_tokens": n_tok,
+        "loss_first10": sum(first) / max(len(first), 1), "loss_last10": sum(last) / max(len(last), 1),
+        "train_cpu_s": round(cpu_s, 1),
+    }
+    manifest.write(Path(args.manifest) if args.manifest else out / MANIFEST_NAME, outputs=outputs)
+    log.info("wrote %s: %d steps, loss %.3f -> %.3f", out, len(curve), manifest.notes["loss_first10"],
+             manifest.notes["loss_last10"])

@@ -1,0 +1,223 @@
+"""The SFT stage: conversation tokens and masks, synthetic trajectories (checked against the real
+tools in the process sandbox), batching, the masked loss, the schedule, training (the loss goes
+down, two runs give identical weights) and the stage end to end on a tiny model."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
+from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, parse_patch  # noqa: E402
+from forgeline.config import Config  # noqa: E402
+from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
+from forgeline.policy.chat import render_ids  # noqa: E402
+from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
+from forgeline.tasks.mutations import apply_mutation, enumerate_mutation_sites  # noqa: E402
+from forgeline.tasks.generate import make_patch  # noqa: E402
+from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
+from forgeline.train import sft  # noqa: E402
+
+from tiny_project import TINY_REPOS, write_repo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(1)
+TOOLS = tool_schemas(agent_config()["tools"])
+PATH = "alpha/__init__.py"
+CLEAN = TINY_REPOS["alpha"][0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def direct_python():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
+
+
+def make_lm(tok, seed=11):
+    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                                    intermediate=64, max_position_embeddings=4096,
+                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return tiny.init_tiny_qwen3(config, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repos")
+    write_repo(root, "alpha", *TINY_REPOS["alpha"])
+    return root
+
+
+def _site(kind="op_swap"):
+    return next(s for s in enumerate_mutation_sites(CLEAN, [kind], PATH) if s.function == "add")
+
+
+def test_conversation_tokens_equal_the_rendering_and_mask_only_assistant_turns(tok):
+    msgs = sft.synthetic_messages(CLEAN, PATH, _site())
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
+                                         "assistant", "tool", "assistant"]
+    tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
+    assert tokens == render_ids(tok, msgs, TOOLS, add_generation_prompt=False)
+    # the masked tokens are exactly the assistant contents, each closed by <|im_end|>
+    runs, cur = [], []
+    for t, m in zip(tokens, mask):
+        if m:
+            cur.append(t)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    texts = [tok.decode(r, skip_special_tokens=False) for r in runs]
+    assert texts == [m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"]
+
+
+def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
+    """Replay the synthetic assistant turns through the agent in the process sandbox: the real
+    tool outputs equal the synthesised ones, and the edit fixes the bug."""
+    for kind in ("op_swap", "cmp_boundary"):
+        site = next(s for s in enumerate_mutation_sites(CLEAN, [kind], PATH))
+        msgs = sft.synthetic_messages(CLEAN, PATH, site)
+        assert msgs is not None
+        buggy = apply_mutation(CLEAN, site)
+        task = {"instance_id": f"alpha.syn.{kind}", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
+                "FAIL_TO_PASS": [], "PASS_TO_PASS": ["tests/test_alpha.py::test_add"],
+                "problem_statement": msgs[1]["content"], "image_name": "x"}
+        texts = [m["content"] for m in msgs if m["role"] == "assistant"]
+        engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
+        rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+                          env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
+        assert rec["messages"] == msgs
+        assert rec["exit_status"] == "submitted"
+        fix = parse_patch(rec["submission"])[PATH]  # the agent's diff turns the bug back into CLEAN
+        assert apply_hunks(buggy, fix) == CLEAN
+        tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
+        assert tokens == rec["tokens"] and mask == rec["action_mask"]
+
+
+def test_masked_loss_ignores_non_action_tokens():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 9))
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 0, 0], [0, 1, 1, 0, 0, 0, 0, 0, 0]])
+    logits = torch.randn(2, 9, 50)
+    loss, n = sft.masked_lm_loss(logits, ids, mask)
+    assert n == 5
+    ref = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1),
+                                            reduction="none").reshape(2, 8)
+    assert torch.allclose(loss, ref[mask[:, 1:].bool()].mean())
+    # logits that predict non-action targets do not matter
+    other = logits.clone()
+    other[0, 0, ids[0, 1]] += 100.0  # predicts ids[0,1]: mask 0
+    other[0, 4, ids[0, 5]] -= 50.0   # predicts ids[0,5]: mask 0
+    other[1, 8, 3] += 9.0            # the last position predicts nothing
+    assert torch.equal(sft.masked_lm_loss(other, ids, mask)[0], loss)
+    other[0, 1, ids[0, 2]] += 1.0    # predicts ids[0,2]: mask 1
+    assert not torch.equal(sft.masked_lm_loss(other, ids, mask)[0], loss)
+
+
+def test_collate_and_truncate():
+    ex = [{"tokens": [5, 6, 7], "mask": [0, 1, 1]}, {"tokens": [8], "mask": [1]}]
+    ids, att, lm = sft.collate(ex, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and att.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert lm.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert sft.truncate_example({"tokens": [1, 2, 3, 4], "mask": [0, 0, 1, 1]}, 3)["tokens"] == [1, 2, 3]
+    assert sft.truncate_example({"tokens": [1, 2, 3, 4], "mask": [0, 0, 1, 1]}, 2) is None
+
+
+def test_make_batches_budget_cover_and_determinism():
+    lengths = [100, 900, 300, 300, 50, 2000, 120, 700]
+    b = sft.make_batches(lengths, 1000, seed=3, epoch=0)
+    assert sorted(i for batch in b for i in batch) == list(range(len(lengths)))
+    for batch in b:
+        assert len(batch) == 1 or max(lengths[i] for i in batch) * len(batch) <= 1000
+    assert b == sft.make_batches(lengths, 1000, seed=3, epoch=0)
+    assert b != sft.make_batches(lengths, 1000, seed=3, epoch=1)
+
+
+def test_lr_schedule():
+    assert sft.lr_at(0, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+    assert sft.lr_at(9, 100, 10, 1.0, 0.1) == pytest.approx(1.0)
+    assert sft.lr_at(10, 100, 10, 1.0, 0.1) == pytest.approx(1.0)
+    assert sft.lr_at(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+    assert sft.lr_at(55, 100, 10, 1.0, 0.0, "linear") == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        sft.sft_config({"schedule": "step"})
+    with pytest.raises(ValueError):
+        sft.sft_config({"bogus": 1})
+
+
+def test_check_sft_repos_refuses_pool_tasks():
+    sft.check_sft_repos([{"repo": "tinycsv", "instance_id": "a"}], ["tinycsv"], ["ledgerkit"])
+    with pytest.raises(ValueError, match="not an SFT repository"):
+        sft.check_sft_repos([{"repo": "ledgerkit", "instance_id": "b"}], ["tinycsv"], ["ledgerkit"])
+    with pytest.raises(AssertionError):
+        sft.check_sft_repos([], ["ledgerkit"], ["ledgerkit"])
+
+
+@pytest.fixture(scope="module")
+def examples(tok):
+    files = [(f"{n}/__init__.py", TINY_REPOS[n][0]) for n in ("alpha", "beta", "gamma")]
+    kinds = ("op_swap", "cmp_boundary", "const_change")
+    conv = sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
+    assert len(conv) == 3 and conv == sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
+    return [dict(zip(("tokens", "mask"), sft.conversation_tokens(tok, m, TOOLS)), id=i) for i, m in conv]
+
+
+def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
+    cfg = sft.sft_config({"epochs": 1, "max_steps": 12, "tokens_per_batch": 100000, "lr": 3e-3,
+                          "warmup_steps": 2})
+    states, curves = [], []
+    for _ in range(2):
+        lm = make_lm(tok)
+        curves.append(sft.train(lm, examples, cfg, seed=9, pad_id=tok.pad_token_id, progress=False))
+        states.append({k: v.clone() for k, v in lm.state_dict().items()})
+    curve = curves[0]
+    assert len(curve) == 12 and all(c["examples"] == 3 for c in curve)  # one fixed batch
+    assert curve[-1]["loss"] < curve[0]["loss"] - 0.5
+    assert curves[0] == curves[1]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_stage_end_to_end(tok, repos, tmp_path):
+    init = tmp_path / "init"
+    tok.save_pretrained(init)
+    make_lm(tok).save_pretrained(init)
+    sb = ProcessSandbox()
+    task = {"instance_id": "alpha.0.add", "repo": "alpha",
+            "patch": make_patch(PATH, CLEAN, CLEAN.replace("return a + b", "return a - b")),
+            "FAIL_TO_PASS": ["tests/test_alpha.py::test_add"], "PASS_TO_PASS": [],
+            "problem_statement": "`alpha.add` returns a wrong result.", "image_name": "x",
+            "mutation": {"file": PATH, "function": "add", "kind": "op_swap"}}
+    rec = oracle_episode(task, sb, tok, {"max_new_tokens": 256}, env=RepoSnapshot.load(repos, "alpha").env())
+    assert rec["outcome"] == "resolved"
+    oracle_file = tmp_path / "oracle.jsonl"
+    oracle_file.write_text(json.dumps(rec) + "\n")
+    cfg = Config(data={"seed": 1, "repos": {"root": str(repos), "sft": ["alpha"], "pool": ["beta"], "panel": []},
+                       "agent": {}, "train": {"sft": {"max_steps": 3, "max_seq_len": 4096,
+                                                      "synthetic": {"examples": 2, "stdlib": False}}}})
+    out = tmp_path / "policy"
+    sft.run(cfg, argparse.Namespace(init=str(init), oracle=[str(oracle_file)], out=str(out), manifest=None))
+    names = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "tokenizer.json", "loss_curve.json", "loss_curve.png", "manifest.json"} <= names
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["notes"]["oracle_episodes"] == 1 and man["notes"]["synthetic_examples"] == 2
+    assert man["notes"]["steps"] == 3 and len(json.loads((out / "loss_curve.json").read_text())) == 3
+    from transformers import AutoModelForCausalLM
+    AutoModelForCausalLM.from_pretrained(out)
+    # a pool repository's episodes are refused
+    rec["repo"] = "beta"
+    oracle_file.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match="not an SFT repository"):
+        sft.run(cfg, argparse.Namespace(init=str(init), oracle=[str(oracle_file)], out=str(tmp_path / "p2"),
+                                        manifest=None))

@@ -27,9 +27,6 @@ def test_signed_area_orientation():
 
 def test_area_triangle():
     assert area([(0, 0), (4, 0), (0, 3)]) == 6.0
-
-
-def test_area_l_shape():
     assert area(L_SHAPE) == 6.0
 
 
@@ -80,9 +77,6 @@ def test_is_convex():
     assert is_convex(SQUARE) is True
     assert is_convex(list(reversed(SQUARE))) is True
     assert is_convex(L_SHAPE) is False
-
-
-def test_is_convex_triangle_and_pentagon():
     assert is_convex([(0, 0), (1, 0), (0, 1)]) is True
     assert is_convex([(0, 0), (2, 0), (3, 2), (1, 3), (-1, 2)]) is True
 

@@ -8,9 +8,6 @@ from geomkit import Vec, angle_between, distance, midpoint, orientation
 def test_add_sub():
     assert Vec(1, 2) + Vec(3, 5) == Vec(4, 7)
     assert Vec(1, 2) - Vec(3, 5) == Vec(-2, -3)
-
-
-def test_scale_and_negate():
     assert Vec(1.5, -2) * 2 == Vec(3, -4)
     assert -Vec(1, -2) == Vec(-1, 2)
 

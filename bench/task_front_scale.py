@@ -207,18 +207,19 @@ def main() -> int:
 
     import yaml  # the CLI run reads a params file like the pipeline's, with nothing else changed
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["tasks"]["ingest"]["extra_sources"] = []
+    # the pipeline's path at scale: the external file is read once and sharded by repository
+    names = sorted({json.loads(line)["repo"] for line in (work / "ingested.jsonl").open()})
+    params["repos"] = {"root": "data/repos", "pool": names, "sft": [], "panel": []}
+    params["tasks"]["ingest"]["extra_sources"] = [str(work / "swesmith.jsonl")]
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     cli = [sys.executable, "-m", "forgeline.cli"]
     cfg = ["--config", str(work / "params.yaml")]
+    shards = work / "cli" / "extra"
     cli_steps = {
-        "cli: forgeline ingest": [*cli, "ingest", *cfg, "--sources", str(work / "swesmith.jsonl"),
-                                  "--out", str(work / "cli" / "ingested.jsonl"),
-                                  "--rejections", str(work / "cli" / "rejections.jsonl"),
-                                  "--report", str(work / "cli" / "ingest-report.json"),
-                                  "--manifest", str(work / "cli" / "ingest.manifest.json")],
+        "cli: forgeline ingest-extra": [*cli, "ingest-extra", *cfg, "--out-dir", str(shards),
+                                        "--manifest", str(shards / "manifest.json")],
         "cli: forgeline split": [*cli, "split", *cfg,
-                                 "--tasks", str(work / "cli" / "ingested.jsonl"),
+                                 "--tasks", *[str(shards / f"{n}.jsonl") for n in names],
                                  "--out-dir", str(work / "cli" / "split"),
                                  "--manifest", str(work / "cli" / "split" / "manifest.json")],
     }

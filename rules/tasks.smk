@@ -1,6 +1,7 @@
-# Phase 1: tasks. Per repository: bugs are generated, ingested (with the records of any external
-# SWE-smith-format files that belong to it) and validated by running tests; then the pool
-# repositories are split. Per-repository jobs keep a change in one repository to its own chain.
+# Phase 1: tasks. External SWE-smith-format files are read once and sharded by repository.
+# Per repository: bugs are generated, ingested (with its shard) and validated by running
+# tests; then the pool repositories are split. Per-repository jobs keep a change in one
+# repository to its own chain.
 
 
 rule generate:
@@ -24,10 +25,33 @@ rule generate:
         " --out {output.tasks} --manifest {output.manifest} --log {log}"
 
 
+rule ingest_extra:
+    input:
+        extra=config["tasks"]["ingest"].get("extra_sources", []),
+        code=stage_code("forgeline.tasks.extra"),
+    output:
+        shards=expand("results/tasks/extra/{repo}.jsonl", repo=ALL_REPOS),
+        rejections="results/tasks/extra/rejections.jsonl",
+        unattributed="results/tasks/extra/unattributed.jsonl",
+        report="results/tasks/extra/report.json",
+        manifest="results/tasks/extra/manifest.json",
+    params:
+        conf=params_of(config, "repos", "tasks.ingest"),
+    log:
+        "logs/ingest_extra.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "forgeline ingest-extra {CONFIG} --out-dir results/tasks/extra"
+        " --manifest {output.manifest} --log {log}"
+
+
 rule ingest:
     input:
         candidates="results/candidates/{repo}.jsonl",
-        extra=config["tasks"]["ingest"].get("extra_sources", []),
+        extra="results/tasks/extra/{repo}.jsonl",
         code=stage_code("forgeline.tasks.ingest"),
     output:
         tasks="results/tasks/{repo}.jsonl",
@@ -35,7 +59,7 @@ rule ingest:
         report="results/tasks/{repo}.report.json",
         manifest="results/tasks/{repo}.manifest.json",
     params:
-        conf=params_of(config, "tasks.ingest"),
+        conf=params_of(config, "tasks.ingest.max_record_bytes"),
     log:
         "logs/ingest/{repo}.log",
     threads: 1
@@ -43,7 +67,7 @@ rule ingest:
         mem_mb=2000,
         runtime=10,
     shell:
-        "forgeline ingest {CONFIG} --repo {wildcards.repo} --sources {input.candidates}"
+        "forgeline ingest {CONFIG} --repo {wildcards.repo} --sources {input.candidates} {input.extra}"
         " --out {output.tasks} --rejections {output.rejections} --report {output.report}"
         " --manifest {output.manifest} --log {log}"
 
@@ -101,25 +125,24 @@ rule funnel:
     input:
         ingest=expand("results/tasks/{repo}.report.json", repo=ALL_REPOS),
         validate=expand("results/validated/{repo}.report.json", repo=ALL_REPOS),
+        extra="results/tasks/extra/report.json",
         split="results/split/split.json",
-        extra=config["tasks"]["ingest"].get("extra_sources", []),
         code=stage_code("forgeline.tasks.funnel"),
     output:
         funnel="results/tasks/funnel.json",
-        unattributed="results/tasks/unattributed.jsonl",
         manifest="results/tasks/funnel.manifest.json",
     params:
-        conf=params_of(config, "repos", "tasks.ingest"),
+        conf=params_of(config, "repos"),
     log:
         "logs/funnel.log",
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=1000,
+        runtime=5,
     shell:
         "forgeline funnel {CONFIG} --ingest-reports {input.ingest}"
-        " --validate-reports {input.validate} --split {input.split} --out {output.funnel}"
-        " --unattributed {output.unattributed} --manifest {output.manifest} --log {log}"
+        " --validate-reports {input.validate} --extra-report {input.extra} --split {input.split}"
+        " --out {output.funnel} --manifest {output.manifest} --log {log}"
 
 
 rule harbor:

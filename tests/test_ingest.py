@@ -219,35 +219,39 @@ def _params(tmp_path: Path, **ingest) -> Path:
 
 
 def test_cli_end_to_end(tmp_path: Path, corpus: Path, capsys):
+    """External files are sharded once by repository; each repository's job ingests its
+    candidates + its shard and reports every rejection of its sources."""
     extra = tmp_path / "extra.json"
-    extra.write_text(json.dumps([inst("z-extra", repo="semver")]))
+    extra.write_text(json.dumps([inst("z-extra", repo="semver"), inst("y-elsewhere", repo="nowhere"),
+                                 inst("x-ledger", repo="owner/ledgerkit")]))
     params = _params(tmp_path, extra_sources=[str(extra)], max_record_bytes=MAX)
+    shards = tmp_path / "extra"
+    assert cli.main(["ingest-extra", "--config", str(params), "--out-dir", str(shards),
+                     "--manifest", str(shards / "manifest.json")]) == 0
+    read = lambda p: [json.loads(x) for x in p.read_text().splitlines()]  # noqa: E731
+    assert [r["instance_id"] for r in read(shards / "semver.jsonl")] == ["z-extra"]
+    assert [r["instance_id"] for r in read(shards / "ledgerkit.jsonl")] == ["x-ledger"]
+    unattributed = read(shards / "unattributed.jsonl")
+    assert [(u["instance_id"], u["category"]) for u in unattributed] == [
+        ("y-elsewhere", "unconfigured_repo")]
+    assert json.loads((shards / "report.json").read_text())["unattributed"] == 1
+
     out = tmp_path / "out"
-    argv = ["ingest", "--config", str(params), "--repo", "ledgerkit", "--sources", str(corpus),
+    argv = ["ingest", "--config", str(params), "--repo", "ledgerkit",
+            "--sources", str(corpus), str(shards / "ledgerkit.jsonl"),
             "--out", str(out / "ingested.jsonl"), "--rejections", str(out / "rejections.jsonl"),
             "--report", str(out / "report.json"), "--manifest", str(out / "manifest.json")]
     assert cli.main(argv) == 0
-    accepted = [json.loads(x) for x in (out / "ingested.jsonl").read_text().splitlines()]
-    assert [r["instance_id"] for r in accepted] == ["a-good", "b-strings", "j-extras"]
-    rejections = [json.loads(x) for x in (out / "rejections.jsonl").read_text().splitlines()]
-    # every rejection of the job's own source is its to report, whatever repo it names
+    accepted = read(out / "ingested.jsonl")
+    assert [r["instance_id"] for r in accepted] == ["a-good", "b-strings", "j-extras", "x-ledger"]
+    rejections = read(out / "rejections.jsonl")
     assert len(rejections) == 14 and all(r["source"] == str(corpus) for r in rejections)
     report = json.loads((out / "report.json").read_text())
-    assert report["accepted"] == 3 and report["rejected"] == 14
-    assert report["left_to_other_repos"] == {"semver": 1}
-    assert set(report["sources"]) == {str(corpus), str(extra)}
+    assert report["accepted"] == 4 and report["rejected"] == 14
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "ingest" and len(manifest["outputs"]) == 3
-    assert {i["path"] for i in manifest["inputs"]} == {str(corpus), str(extra)}
-    assert "ingest: 3 accepted, 14 rejected" in capsys.readouterr().err
-    # the extra source's record is semver's: that job keeps it and none of ledgerkit's rejections
-    other = tmp_path / "semver"
-    assert cli.main(["ingest", "--config", str(params), "--repo", "semver",
-                     "--out", str(other / "t.jsonl"), "--rejections", str(other / "r.jsonl"),
-                     "--report", str(other / "r.json"), "--manifest", str(other / "m.json")]) == 0
-    assert [json.loads(x)["instance_id"] for x in (other / "t.jsonl").read_text().splitlines()] == [
-        "z-extra"]
-    assert (other / "r.jsonl").read_text() == ""
+    assert {i["path"] for i in manifest["inputs"]} == {str(corpus), str(shards / "ledgerkit.jsonl")}
+    assert "ingest: 4 accepted, 14 rejected" in capsys.readouterr().err
     # same inputs + params => byte-identical outputs
     first = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "manifest.json"}
     assert cli.main(argv) == 0
@@ -256,11 +260,8 @@ def test_cli_end_to_end(tmp_path: Path, corpus: Path, capsys):
 
 def test_cli_missing_source_is_a_clear_error(tmp_path: Path, capsys):
     params = _params(tmp_path, extra_sources=[str(tmp_path / "nope.jsonl")])
-    argv = ["ingest", "--config", str(params), "--repo", "ledgerkit",
-            "--out", str(tmp_path / "o.jsonl"),
-            "--rejections", str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "r.json"),
-            "--manifest", str(tmp_path / "m.json")]
-    assert cli.main(argv) == 2
+    assert cli.main(["ingest-extra", "--config", str(params), "--out-dir", str(tmp_path / "x"),
+                     "--manifest", str(tmp_path / "x" / "m.json")]) == 2
     err = capsys.readouterr().err
     assert "nope.jsonl" in err and "extra_sources" in err
-    assert not (tmp_path / "o.jsonl").exists()
+    assert not (tmp_path / "x").exists()

@@ -175,7 +175,7 @@ def examples(tok):
 
 
 def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
-    cfg = sft.sft_config({"epochs": 1, "max_steps": 12, "tokens_per_batch": 100000, "lr": 3e-3,
+    cfg = sft.sft_config({"epochs": 1, "max_steps": 8, "tokens_per_batch": 100000, "lr": 3e-3,
                           "warmup_steps": 2})
     states, curves = [], []
     for _ in range(2):
@@ -183,7 +183,7 @@ def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
         curves.append(sft.train(lm, examples, cfg, seed=9, pad_id=tok.pad_token_id, progress=False))
         states.append({k: v.clone() for k, v in lm.state_dict().items()})
     curve = curves[0]
-    assert len(curve) == 12 and all(c["examples"] == 3 for c in curve)  # one fixed batch
+    assert len(curve) == 8 and all(c["examples"] == 3 for c in curve)  # one fixed batch
     assert curve[-1]["loss"] < curve[0]["loss"] - 0.5
     assert curves[0] == curves[1]
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
@@ -204,15 +204,16 @@ def test_stage_end_to_end(tok, repos, tmp_path):
     oracle_file = tmp_path / "oracle.jsonl"
     oracle_file.write_text(json.dumps(rec) + "\n")
     cfg = Config(data={"seed": 1, "repos": {"root": str(repos), "sft": ["alpha"], "pool": ["beta"], "panel": []},
-                       "agent": {}, "train": {"sft": {"max_steps": 3, "max_seq_len": 4096,
-                                                      "synthetic": {"examples": 2, "stdlib": False}}}})
+                       "agent": {}, "train": {"sft": {"max_steps": 2, "max_seq_len": 4096, "tokens_per_batch": 2048,
+                                                      "synthetic": {"examples": 2, "stdlib": False,
+                                                                    "kinds": ["cmp_boundary"]}}}})
     out = tmp_path / "policy"
     sft.run(cfg, argparse.Namespace(init=str(init), oracle=[str(oracle_file)], out=str(out), manifest=None))
     names = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "tokenizer.json", "loss_curve.json", "loss_curve.png", "manifest.json"} <= names
     man = json.loads((out / "manifest.json").read_text())
     assert man["notes"]["oracle_episodes"] == 1 and man["notes"]["synthetic_examples"] == 2
-    assert man["notes"]["steps"] == 3 and len(json.loads((out / "loss_curve.json").read_text())) == 3
+    assert man["notes"]["steps"] == 2 and len(json.loads((out / "loss_curve.json").read_text())) == 2
     from transformers import AutoModelForCausalLM
     AutoModelForCausalLM.from_pretrained(out)
     # a pool repository's episodes are refused

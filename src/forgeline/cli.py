@@ -21,10 +21,11 @@ log = logging.getLogger("forgeline")
 # `run(cfg, args)`; the module's name is also what Snakemake/DVC hash as the stage's code.
 STAGES: dict[str, tuple[str, str]] = {
     "generate": ("forgeline.tasks.generate", "make bug candidates for one repository"),
-    "ingest": ("forgeline.tasks.ingest", "read SWE-smith-format files; report every rejection"),
+    "ingest-extra": ("forgeline.tasks.extra", "read external SWE-smith files once; shard by repo"),
+    "ingest": ("forgeline.tasks.ingest", "one repository's tasks; report every rejection"),
     "validate": ("forgeline.tasks.validate", "run the validation checks for one repository"),
     "split": ("forgeline.tasks.split", "repository-disjoint split with its semantic digest"),
-    "funnel": ("forgeline.tasks.funnel", "count tasks at each step; account for unattributed records"),
+    "funnel": ("forgeline.tasks.funnel", "count the tasks at each step of the task front"),
     "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
     "harbor": ("forgeline.tasks.harbor", "export the split as Harbor task folders"),
     "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),

@@ -1,8 +1,7 @@
 """The task funnel: candidates -> ingested -> validated -> split, with rejections per check.
 
-It also accounts for what no per-repository job keeps: records of external sources that name a
-repository the config does not list, and rejections that name none. Together with the
-per-repository reports, every record read is counted once.
+With the external files' report (records sharded to configured repositories, rejected, or
+unattributed), every record read is counted once.
 """
 from __future__ import annotations
 
@@ -12,23 +11,9 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from forgeline.provenance import Manifest, stage_sources, write_json, write_jsonl
-from forgeline.tasks.ingest import ingest_files
-from forgeline.tasks.schema import repo_key
+from forgeline.provenance import Manifest, stage_sources, write_json
 
 log = logging.getLogger(__name__)
-
-
-def unattributed(result, configured: set[str]) -> tuple[list[dict], dict]:
-    """Records (accepted or rejected) of external sources that no configured repo's job keeps."""
-    rows = [{"source": None, "line": None, "instance_id": inst["instance_id"],
-             "repo": repo_key(inst["repo"]), "category": "unconfigured_repo",
-             "reason": f"repository {repo_key(inst['repo'])!r} is not listed in params.yaml "
-                       f"repos.pool/sft/panel"}
-            for inst in result.accepted if repo_key(inst["repo"]) not in configured]
-    rows += [r for r in result.rejections if r["repo"] is None or r["repo"] not in configured]
-    counts = Counter(r["category"] for r in rows)
-    return rows, dict(sorted(counts.items()))
 
 
 def funnel(ingest_reports: dict[str, dict], validate_reports: dict[str, dict], split: dict,
@@ -67,42 +52,30 @@ def funnel(ingest_reports: dict[str, dict], validate_reports: dict[str, dict], s
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingest-reports", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--validate-reports", nargs="+", required=True, metavar="JSON")
+    parser.add_argument("--extra-report", required=True, help="report.json of ingest-extra")
     parser.add_argument("--split", required=True, help="split.json")
     parser.add_argument("--out", required=True, help="funnel.json")
-    parser.add_argument("--unattributed", required=True, help="JSONL of records no repo kept")
     parser.add_argument("--manifest", required=True)
 
 
-def _by_repo(paths: list[str], key: str) -> dict[str, dict]:
-    out = {}
-    for path in paths:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
-        out[report.get(key) or Path(path).name.split(".")[0]] = report
-    return out
+def _by_repo(paths: list[str]) -> dict[str, dict]:
+    reports = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    return {r["repo"]: r for r in reports}
 
 
 def run(cfg, args: argparse.Namespace) -> None:
     repos = cfg["repos"]
-    configured = set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", []))
-    extra = [str(p) for p in cfg.section("tasks.ingest").get("extra_sources") or []]
-    manifest = Manifest(stage="funnel", params={"repos": repos, "extra_sources": extra},
-                        inputs=[*args.ingest_reports, *args.validate_reports, args.split, *extra],
+    inputs = [*args.ingest_reports, *args.validate_reports, args.extra_report, args.split]
+    manifest = Manifest(stage="funnel", params={"repos": repos}, inputs=inputs,
                         code=stage_sources(__name__))
-    rows, counts = [], {}
-    if extra:
-        with manifest.timed("extra_sources"):
-            result = ingest_files(extra, int(cfg.section("tasks.ingest")["max_record_bytes"]))
-            rows, counts = unattributed(result, configured)
-        if rows:
-            log.warning("%d record(s) of extra sources belong to no configured repository: %s "
-                        "(see %s)", len(rows), counts, args.unattributed)
-    summary = funnel(_by_repo(args.ingest_reports, "repo"), _by_repo(args.validate_reports, "repo"),
+    extra = json.loads(Path(args.extra_report).read_text(encoding="utf-8"))
+    summary = funnel(_by_repo(args.ingest_reports), _by_repo(args.validate_reports),
                      json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos["pool"]))
-    summary["unattributed"] = counts
+    summary["extra_sources"] = {k: extra[k] for k in ("records", "accepted", "rejected",
+                                                      "rejected_by_category", "unattributed")}
     write_json(args.out, summary)
-    write_jsonl(args.unattributed, rows)
     manifest.notes = summary["totals"]
-    manifest.write(args.manifest, outputs=[args.out, args.unattributed])
+    manifest.write(args.manifest, outputs=[args.out])
     t = summary["totals"]
     log.info("funnel: %d ingested -> %d validated -> %d in the pool -> split %s", t["ingested"],
              t["validated"], t["pool"], t["split"])

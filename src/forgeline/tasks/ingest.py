@@ -387,37 +387,29 @@ def summary_line(report: dict) -> str:
 
 # -- the stage -----------------------------------------------------------------------------
 
-def for_repo(result: IngestResult, repo: str, own_sources: Iterable[str]) -> IngestResult:
-    """The part of an ingest result that belongs to one repository's job.
-
-    A job keeps the accepted instances of its repository, the rejections that name it, and
-    every rejection from its own sources (its generated candidates) whatever they name. The
-    report also counts what it leaves to other jobs; `forgeline funnel` accounts for records
-    that belong to no configured repository, so none is dropped silently.
-    """
-    own = set(own_sources)
+def for_repo(result: IngestResult, repo: str) -> IngestResult:
+    """What one repository's job keeps: its accepted instances, and every rejection (its sources
+    are its own generated candidates and its shard of the external files)."""
     accepted = [inst for inst in result.accepted if repo_key(inst["repo"]) == repo]
-    rejections = [r for r in result.rejections if r["repo"] == repo or r["source"] in own]
-    by_category = Counter(r["category"] for r in rejections)
-    others = Counter(repo_key(inst["repo"]) for inst in result.accepted
-                     if repo_key(inst["repo"]) != repo)
+    wrong = [rejection("", 0, "wrong_repo", f"instance of repository {repo_key(inst['repo'])!r} "
+                       f"in {repo!r}'s sources", inst["instance_id"], repo_key(inst["repo"]))
+             for inst in result.accepted if repo_key(inst["repo"]) != repo]
+    rejections = result.rejections + wrong
     report = {
         "repo": repo,
         "sources": result.report["sources"],
         "accepted": len(accepted),
         "rejected": len(rejections),
-        "rejected_by_category": dict(sorted(by_category.items())),
-        "left_to_other_repos": dict(sorted(others.items())),
-        "repos": 1 if accepted else 0,
+        "rejected_by_category": dict(sorted(Counter(r["category"] for r in rejections).items())),
     }
     return IngestResult(accepted, rejections, report)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, help="the repository whose tasks this job keeps")
-    parser.add_argument("--sources", nargs="*", default=[], metavar="FILE",
-                        help="this repository's SWE-smith-format files (JSONL or JSON array); "
-                             "tasks.ingest.extra_sources are added after them")
+    parser.add_argument("--sources", nargs="+", metavar="FILE",
+                        help="this repository's SWE-smith-format files (JSONL or JSON array): its "
+                             "generated candidates and its shard of tasks.ingest.extra_sources")
     parser.add_argument("--out", required=True, help="accepted instances (JSONL)")
     parser.add_argument("--rejections", required=True, help="one rejection record per line")
     parser.add_argument("--report", required=True, help="counts per source and per category")
@@ -426,27 +418,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg, args: argparse.Namespace) -> None:
     section = cfg.section("tasks.ingest")
-    extra = [str(p) for p in section.get("extra_sources") or []]
-    sources = list(dict.fromkeys([*args.sources, *extra]))  # keep order, drop repeats
-    if not sources:
-        raise ConfigError("ingest: nothing to ingest (no --sources and tasks.ingest.extra_sources "
-                          "is empty)")
-    missing = [s for s in sources if not Path(s).is_file()]
+    missing = [s for s in args.sources if not Path(s).is_file()]
     if missing:
-        where = " (listed in tasks.ingest.extra_sources)" if set(missing) & set(extra) else ""
-        raise ConfigError(f"ingest: source file(s) not found{where}: {', '.join(missing)}")
+        raise ConfigError(f"ingest: source file(s) not found: {', '.join(missing)}")
     manifest = Manifest(stage="ingest", params={"repo": args.repo, "tasks.ingest": section},
-                        inputs=sources, code=stage_sources(__name__))
+                        inputs=args.sources, code=stage_sources(__name__))
     with manifest.timed("ingest"):
-        result = for_repo(ingest_files(sources, int(section["max_record_bytes"])), args.repo,
-                          args.sources)
-    for src, stats in result.report["sources"].items():
-        if not stats["records"]:
-            log.warning("%s: no records", src)
+        result = for_repo(ingest_files(args.sources, int(section["max_record_bytes"])), args.repo)
     with manifest.timed("write"), _gc_paused():
         write_jsonl(args.out, result.accepted)
         write_jsonl(args.rejections, result.rejections)
         write_json(args.report, result.report)
     manifest.notes = {k: result.report[k] for k in ("accepted", "rejected", "rejected_by_category")}
     manifest.write(args.manifest, outputs=[args.out, args.rejections, args.report])
-    log.info("%s: %s", args.repo, summary_line(result.report))
+    log.info("%s: %s", args.repo, summary_line({**result.report, "repos": 1}))

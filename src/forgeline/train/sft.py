@@ -366,7 +366,7 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], 
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
         opt.step()
-        curve.append({"step": step, "epoch": epoch, "loss": round(float(loss), 6), "tokens": count,
+        curve.append({"step": step, "epoch": epoch, "loss": round(float(loss.detach()), 6), "tokens": count,
                       "examples": len(idx), "lr": lr, "grad_norm": round(float(norm), 6)})
         bar.set_postfix(loss=f"{float(loss):.3f}", lr=f"{lr:.1e}")
     model.eval()

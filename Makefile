@@ -7,11 +7,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.forgeline-installed
 CORES ?= 2
+TORCH ?= torch==2.13.0
+# A CPU build of torch lies in /opt/wheels on machines of this kind; elsewhere PyPI's is used.
+PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 export PYTHONHASHSEED := 0
 export TZ := UTC
 export LC_ALL := C.UTF-8
+export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test setup system dvc.yaml dag clean services
+.PHONY: run test setup system dvc.yaml dag clean services pull
 
 run: setup
 	@if grep -qE '^\s+backend:\s*docker' params.yaml; then bash scripts/services.sh start docker; fi
@@ -35,8 +39,14 @@ system:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q $(PIP_FIND) '$(TORCH)'
+	$(BIN)/pip install -q $(PIP_FIND) -e '.[test]'
 	touch $@
+
+# `make pull` in a checkout of a tagged run: its artifacts from the DVC remote, verified
+pull: setup
+	$(BIN)/dvc pull
+	$(BIN)/forgeline verify
 
 dvc.yaml: setup
 	$(BIN)/forgeline export-dvc

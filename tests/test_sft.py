@@ -171,20 +171,21 @@ def examples(tok):
     kinds = ("op_swap", "cmp_boundary", "const_change")
     conv = sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
     assert len(conv) == 3 and conv == sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
-    return [dict(zip(("tokens", "mask"), sft.conversation_tokens(tok, m, TOOLS)), id=i) for i, m in conv]
+    # rendered without the tool schemas (~700 tokens with this 512-token vocabulary): cheaper
+    return [dict(zip(("tokens", "mask"), sft.conversation_tokens(tok, m, [])), id=i) for i, m in conv]
 
 
 def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
-    cfg = sft.sft_config({"epochs": 1, "max_steps": 8, "tokens_per_batch": 100000, "lr": 3e-3,
+    cfg = sft.sft_config({"epochs": 1, "max_steps": 4, "tokens_per_batch": 100000, "lr": 5e-3,
                           "warmup_steps": 2})
     states, curves = [], []
     for _ in range(2):
         lm = make_lm(tok)
-        curves.append(sft.train(lm, examples, cfg, seed=9, pad_id=tok.pad_token_id, progress=False))
+        curves.append(sft.train(lm, examples[:2], cfg, seed=9, pad_id=tok.pad_token_id, progress=False))
         states.append({k: v.clone() for k, v in lm.state_dict().items()})
     curve = curves[0]
-    assert len(curve) == 8 and all(c["examples"] == 3 for c in curve)  # one fixed batch
-    assert curve[-1]["loss"] < curve[0]["loss"] - 0.5
+    assert len(curve) == 4 and all(c["examples"] == 2 for c in curve)  # one fixed batch
+    assert curve[-1]["loss"] < curve[0]["loss"] - 0.3
     assert curves[0] == curves[1]
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 

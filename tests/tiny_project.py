@@ -65,7 +65,7 @@ def make_project(dest: Path) -> Path:
 def env(project: Path) -> dict[str, str]:
     """Run the copy's own code: the CLI imports forgeline from the project's src/."""
     return {**os.environ, "PYTHONPATH": str(project / "src"), "PATH": f"{BIN}:{os.environ['PATH']}",
-            "PYTHONHASHSEED": "0", "TZ": "UTC"}
+            "PYTHONHASHSEED": "0", "TZ": "UTC", "DVC_NO_ANALYTICS": "1"}
 
 
 def run(project: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

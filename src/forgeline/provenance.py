@@ -46,7 +46,8 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def tree_digest(root: str | os.PathLike, ignore: Iterable[str] = ("__pycache__", ".pytest_cache")) -> str:
+def tree_digest(root: str | os.PathLike,
+                ignore: Iterable[str] = ("__pycache__", ".pytest_cache", ".snakemake_timestamp")) -> str:
     """sha256 over the sorted lines `relpath\\0sha256(file)\\n` of every file below root."""
     root = Path(root)
     lines = []
@@ -188,7 +189,9 @@ def forgeline_version() -> str:
 def file_record(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
+        # Snakemake drops .snakemake_timestamp into directory outputs after the job ends
+        files = sorted(p for p in path.rglob("*")
+                       if p.is_file() and p.name != ".snakemake_timestamp")
         return {"path": str(path), "kind": "dir", "bytes": sum(p.stat().st_size for p in files),
                 "sha256": tree_digest(path), "files": len(files)}
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}

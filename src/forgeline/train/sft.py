@@ -368,7 +368,7 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], 
         opt.step()
         curve.append({"step": step, "epoch": epoch, "loss": round(float(loss.detach()), 6), "tokens": count,
                       "examples": len(idx), "lr": lr, "grad_norm": round(float(norm), 6)})
-        bar.set_postfix(loss=f"{float(loss):.3f}", lr=f"{lr:.1e}")
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", lr=f"{lr:.1e}")
     model.eval()
     return curve
 

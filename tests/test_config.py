@@ -59,3 +59,11 @@ def test_every_schema_section_is_documented_in_params():
     schema = yaml.safe_load((ROOT / "src/forgeline/config.schema.yaml").read_text())
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert set(schema["properties"]) == set(params)
+
+
+def test_real_scale_overlay_is_valid_and_changes_only_what_it_names():
+    base = config.load([ROOT / "params.yaml"])
+    real = config.load([ROOT / "params.yaml", ROOT / "configs/klear-8b.yaml"])
+    assert real.section("agent")["context_limit"] == 65536
+    assert real.section("sandbox.docker")["memory_mb"] == 8192
+    assert real.section("tasks.generate") == base.section("tasks.generate")

@@ -31,6 +31,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),
     "agent-oracle": ("forgeline.agent.oracle", "oracle trajectories through the real tools (SFT data)"),
     "agent-rollout": ("forgeline.agent.rollout", "episodes of a policy on tasks, resumable"),
+    "sft": ("forgeline.train.sft", "supervised fine-tuning on oracle + synthetic trajectories"),
+    "difficulty": ("forgeline.agent.difficulty", "pass@k of the base policy; keep tasks in the band"),
 }
 TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),

@@ -1,6 +1,5 @@
 """Atomic writes, digests, manifests and the code closure of a stage."""
 import json
-import os
 import subprocess
 import sys
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -76,6 +77,45 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, owned: Iterable[str] = (MANIFEST_NAME,)) -> Iterator[Path]:
+    """Yield a temp folder beside `path`; when the block succeeds it replaces `path` whole.
+
+    An existing `path` is replaced only if it holds one of the `owned` names (it is an earlier
+    run's output), so a mistyped --out never deletes someone's folder.
+    """
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if path.exists():
+            names = {p.name for p in path.iterdir()}
+            if names and not set(owned) & names:
+                raise FileExistsError(f"{path} exists and is not an output of this stage "
+                                      f"(none of {sorted(owned)} in it); not replacing it")
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building many acyclic objects (JSON records): it would rescan
+    every record built so far, ~40% of the time of ingesting 60k instances."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

@@ -15,15 +15,13 @@ import json
 import logging
 import os
 import platform
-import shutil
-import tempfile
 from pathlib import Path
 
 from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwen3,
                                     lora_target_names, parameter_count, tiny_qwen3_config)
 from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
                                         corpus_digest, stdlib_dir)
-from forgeline.provenance import Manifest, MANIFEST_NAME, sha256_file, stage_sources
+from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, stage_sources
 
 log = logging.getLogger(__name__)
 STAGE = "policy.init"
@@ -67,15 +65,6 @@ def portable_tokenizer_config(path: Path) -> None:
                     encoding="utf-8")
 
 
-def _install(tmp: Path, out: Path) -> None:
-    """Put the finished folder `tmp` at `out`, replacing an earlier run's folder."""
-    if out.exists():
-        known = {MANIFEST_NAME, "config.json"}
-        if any(out.iterdir()) and not known & {p.name for p in out.iterdir()}:
-            raise FileExistsError(f"{out} exists and is not a policy folder; not replacing it")
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-
 
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
@@ -109,17 +98,11 @@ def run(cfg, args: argparse.Namespace) -> None:
     log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
              f"{counts['non_embedding']:,}")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
         with manifest.timed("save"):
             tokenizer.save_pretrained(tmp)
             model.save_pretrained(tmp)
             portable_tokenizer_config(tmp / "tokenizer_config.json")
-        os.chmod(tmp, 0o755)
-        _install(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
     manifest.notes = {
         "parameters": counts,

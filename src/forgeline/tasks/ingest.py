@@ -31,8 +31,6 @@ NaN/Infinity are rejected as bad_json: the outputs are strict canonical JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import logging
 import re
@@ -42,7 +40,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, stage_sources, write_json, write_jsonl
+from forgeline.provenance import Manifest, gc_paused, stage_sources, write_json, write_jsonl
 from forgeline.tasks.schema import InstanceError, normalize_instance, repo_key
 
 log = logging.getLogger(__name__)
@@ -65,17 +63,6 @@ def _no_nan(name: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_no_nan)
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic GC while building many acyclic objects (JSON records): it would rescan
-    every record built so far, ~40% of the time of ingesting 60k instances."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def rejection(source: str, line: int, category: str, reason: str,
@@ -374,7 +361,7 @@ def ingest_files(paths: Iterable[str | Path], max_record_bytes: int) -> IngestRe
         for path in paths:
             with open(path, "rb") as f:
                 yield read_source(str(path), f, max_record_bytes)
-    with _gc_paused():
+    with gc_paused():
         return ingest(reads())
 
 
@@ -425,7 +412,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                         inputs=args.sources, code=stage_sources(__name__))
     with manifest.timed("ingest"):
         result = for_repo(ingest_files(args.sources, int(section["max_record_bytes"])), args.repo)
-    with manifest.timed("write"), _gc_paused():
+    with manifest.timed("write"), gc_paused():
         write_jsonl(args.out, result.accepted)
         write_jsonl(args.rejections, result.rejections)
         write_json(args.report, result.report)

@@ -9,8 +9,6 @@ the tasks that moved, compared with the frozen split's split.json when
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import hashlib
 import json
 import logging
@@ -21,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from forgeline.config import ConfigError
-from forgeline.provenance import (Manifest, canonical_json, stage_sources, write_json,
+from forgeline.provenance import (Manifest, canonical_json, gc_paused, stage_sources, write_json,
                                   write_jsonl)
 from forgeline.tasks.schema import (DEFINING_FIELDS, InstanceError, defining_fields,
                                     normalize_instance)
@@ -305,17 +303,6 @@ def frozen_mismatch_message(summary: dict, frozen_digest: str, frozen: dict | No
 
 # -- the stage -----------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic GC while building many acyclic objects (JSON records): it would rescan
-    every record built so far, a large share of the load time at upstream scale."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_instances(paths: Iterable[str | Path]) -> list[dict]:
@@ -323,7 +310,7 @@ def load_instances(paths: Iterable[str | Path]) -> list[dict]:
     ValueError naming file:line (these are the pipeline's own artifacts, so it is a bug)."""
     first_at: dict[str, str] = {}
     out: list[dict] = []
-    with _gc_paused():
+    with gc_paused():
         for path in paths:
             with open(path, encoding="utf-8") as f:
                 for lineno, line in enumerate(f, 1):
@@ -364,7 +351,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                         code=stage_sources(__name__))
     with manifest.timed("read"):
         instances = load_instances(args.tasks)
-    with manifest.timed("split"), _gc_paused():
+    with manifest.timed("split"), gc_paused():
         split = repo_disjoint_split(instances, fractions, seed)
         summary = split_summary(split, fractions, seed)
     if frozen_digest and summary["digest"] != frozen_digest:
@@ -374,7 +361,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         raise FrozenSplitError(frozen_mismatch_message(summary, frozen_digest, frozen, frozen_path))
     out_dir = Path(args.out_dir)
     outputs = []
-    with manifest.timed("write"), _gc_paused():
+    with manifest.timed("write"), gc_paused():
         for name, rows in split.items():
             outputs.append(write_jsonl(out_dir / f"{name}.jsonl", rows))
         outputs.append(write_json(out_dir / SPLIT_JSON, summary))

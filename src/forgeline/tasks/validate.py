@@ -194,7 +194,7 @@ def check_nop(statuses: dict[str, str], fail_to_pass: Sequence[str], timed_out: 
     `statuses` are those of the run of the FAIL_TO_PASS tests with the bug patch applied.
     """
     if timed_out:
-        return (f"the FAIL_TO_PASS run with the bug in timed out"
+        return ("the FAIL_TO_PASS run with the bug in timed out"
                 + (f" after {timeout_s:g} s (sandbox.test_timeout_s)" if timeout_s else ""))
     ok = [t for t in fail_to_pass if statuses.get(t) not in NOP_FAILING]
     if ok:

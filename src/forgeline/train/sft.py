@@ -30,10 +30,7 @@ import hashlib
 import json
 import logging
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -44,9 +41,10 @@ from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, tool_s
                                      truncate)
 from forgeline.agent.oracle import _enclosing_function, _first_changed_line, fix_edit, oracle_texts, parse_patch
 from forgeline.policy.chat import assistant_message, render, tool_message
-from forgeline.policy.init_stage import _install, portable_tokenizer_config, stage_seed
+from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
-from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl, stage_sources, write_json
+from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
+                                  write_json)
 from forgeline.tasks.mutations import KINDS, apply_mutation, enumerate_mutation_sites
 from forgeline.tasks.schema import repo_key
 
@@ -465,19 +463,13 @@ def run(cfg, args: argparse.Namespace) -> None:
     cpu_s = time.process_time() - t0
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
         with manifest.timed("save"):
             tokenizer.save_pretrained(tmp)
             model.save_pretrained(tmp)
             portable_tokenizer_config(tmp / "tokenizer_config.json")
             write_json(tmp / "loss_curve.json", curve)
             plot_curve(curve, tmp / "loss_curve.png")
-        os.chmod(tmp, 0o755)
-        _install(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
     n_tok = sum(x["tokens"] for x in curve)
     first = [x["loss"] for x in curve[:10]]

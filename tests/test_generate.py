@@ -189,6 +189,7 @@ def test_cli_end_to_end_is_deterministic(repos_root, tmp_path):
     params = yaml.safe_load((PROJECT / "params.yaml").read_text())
     params["repos"]["root"] = str(repos_root)
     params["tasks"]["generate"].update(max_per_repo=2, max_tries_per_repo=5)
+    params["sandbox"]["backend"] = "process"  # the tiny repo has no image
     config = tmp_path / "params.yaml"
     config.write_text(yaml.safe_dump(params))
 

@@ -31,7 +31,7 @@ class Vec:
 
     def rounded(self, digits=9):
         """Return a copy with both coordinates rounded (useful for float results)."""
-        return Vec(round(self.x, digits) + 0.0, round(self.y, digits) + 0.0)
+        return Vec(round(self.x, digits), round(self.y, digits))
 
     def __repr__(self):
         return "Vec(%r, %r)" % (self.x, self.y)

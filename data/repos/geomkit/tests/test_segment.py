@@ -25,6 +25,7 @@ def test_on_segment_outside():
     assert on_segment(Vec(5, 5), A, B) is False
     assert on_segment(Vec(2, 3), A, B) is False
     assert on_segment(Vec(-1, -1), A, B) is False
+    assert on_segment(Vec(1, 5), Vec(1, 0), Vec(1, 2)) is False
 
 
 def test_segments_cross():
@@ -59,6 +60,7 @@ def test_segments_would_cross_if_extended():
 def test_intersection_point():
     assert intersection_point(A, B, Vec(0, 4), Vec(4, 0)) == Vec(2, 2)
     assert intersection_point(Vec(1, 1), Vec(5, 5), Vec(1, 5), Vec(5, 1)) == Vec(3, 3)
+    assert intersection_point(Vec(2, 0), Vec(2, 4), Vec(0, 1), Vec(4, 3)) == Vec(2, 2)
     assert intersection_point(Vec(0, 0), Vec(2, 0), Vec(1, -1), Vec(1, 3)) == Vec(1, 0)
 
 
@@ -70,6 +72,7 @@ def test_intersection_point_at_endpoint():
 def test_intersection_point_none():
     assert intersection_point(A, B, Vec(1, 0), Vec(5, 4)) is None
     assert intersection_point(Vec(0, 0), Vec(1, 0), Vec(2, -1), Vec(2, 1)) is None
+    assert intersection_point(Vec(2, -1), Vec(2, 1), Vec(0, 0), Vec(1, 0)) is None
     assert intersection_point(Vec(0, 0), Vec(2, 0), Vec(1, 1), Vec(1, 3)) is None
 
 

@@ -15,6 +15,7 @@ def test_add_sub():
 def test_equality_and_hash():
     assert Vec(1, 2) == Vec(1.0, 2.0)
     assert Vec(1, 2) != Vec(2, 1)
+    assert Vec(1, 2) != Vec(1, 3)
     assert (Vec(1, 2) == (1, 2)) is False
     assert len({Vec(1, 2), Vec(1, 2), Vec(2, 1)}) == 2
 

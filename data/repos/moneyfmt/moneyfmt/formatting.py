@@ -19,6 +19,7 @@ CURRENCIES = {
     "EUR": ("€", 2, False),
     "JPY": ("¥", 0, True),
     "CHF": ("CHF", 2, True),
+    "CAD": ("C$", 2, True),
     "BHD": ("BD", 3, False),
 }
 
@@ -77,7 +78,7 @@ def format_money(amount, code="USD", style="en", mode=HALF_EVEN, accounting=Fals
     negative = number.startswith("-")
     body = number.lstrip("-")
     if space is None:
-        space = len(symbol) > 1 or not symbol_first
+        space = len(symbol) > 2 or not symbol_first
     gap = " " if space else ""
     text = symbol + gap + body if symbol_first else body + gap + symbol
     if not negative:

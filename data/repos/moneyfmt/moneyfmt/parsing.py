@@ -1,6 +1,6 @@
 """Parsing formatted numbers, money and percentages back into Decimals."""
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from .formatting import CURRENCIES, style_separators
 
@@ -32,17 +32,11 @@ def parse_number(text, style="en"):
     if cleaned[:1] in ("-", "+"):
         negative = negative or cleaned[0] == "-"
         cleaned = cleaned[1:]
-    if cleaned.count(decimal_sep) > 1:
-        raise ParseError("more than one decimal separator in %r" % text)
     whole, _, fraction = cleaned.partition(decimal_sep)
     whole = _check_grouping(whole, thousands)
-    digits = whole + ("." + fraction if fraction else "")
-    if not digits or not (whole + fraction).isdigit():
+    if not (whole + fraction).isdigit():
         raise ParseError("not a number: %r" % text)
-    try:
-        value = Decimal(digits)
-    except InvalidOperation:
-        raise ParseError("not a number: %r" % text) from None
+    value = Decimal(whole + "." + fraction) if fraction else Decimal(whole)
     return -value if negative else value
 
 
@@ -67,9 +61,8 @@ def parse_money(text, style="en"):
     code = detect_currency(text)
     if code is None:
         raise ParseError("no currency in %r" % text)
-    remaining = text.upper().replace(code, "")
     symbol = CURRENCIES[code][0]
-    remaining = remaining.replace(symbol.upper(), "").replace(symbol, "")
+    remaining = text.upper().replace(code, "").replace(symbol, "")
     return parse_number(remaining.strip(), style), code
 
 

@@ -17,8 +17,6 @@ _HALF = Decimal("0.5")
 
 def to_decimal(value):
     """Convert int, str, float or Decimal to Decimal (floats via their repr)."""
-    if isinstance(value, Decimal):
-        return value
     if isinstance(value, float):
         return Decimal(repr(value))
     return Decimal(value)
@@ -62,7 +60,7 @@ def round_to(value, places=0, mode=HALF_EVEN):
     rounded = _round_magnitude(abs(scaled), negative, mode)
     if negative:
         rounded = -rounded
-    return (Decimal(rounded) / scale).quantize(Decimal(1) / scale)
+    return Decimal(rounded).scaleb(-places)
 
 
 def to_minor_units(value, places=2, mode=HALF_EVEN):
@@ -72,7 +70,7 @@ def to_minor_units(value, places=2, mode=HALF_EVEN):
 
 def from_minor_units(units, places=2):
     """Convert an integer number of minor units back to a Decimal amount."""
-    return (Decimal(units) / (Decimal(10) ** places)).quantize(Decimal(1) / (Decimal(10) ** places))
+    return Decimal(units).scaleb(-places)
 
 
 def allocate(amount, ratios, places=2):

@@ -25,6 +25,7 @@ def test_group_digits_short_and_boundary():
 
 def test_group_digits_custom():
     assert group_digits("12345678", " ", 4) == "1234 5678"
+    assert group_digits("123", "-", 1) == "1-2-3"
     with pytest.raises(ValueError):
         group_digits("123", ",", 0)
 
@@ -106,12 +107,13 @@ def test_format_money_long_symbol_gets_space():
     assert format_money(10, "CHF", "ch") == "CHF 10.00"
     assert format_money(10, "CHF", space=False) == "CHF10.00"
     assert format_money(10, "GBP", space=True) == "£ 10.00"
+    assert format_money(10, "CAD") == "C$10.00"
 
 
 @pytest.mark.parametrize(
     "value, expected",
     [(999, "999"), (1000, "1K"), (1500, "1.5K"), (2500000, "2.5M"), (-1250, "-1.2K"),
-     (3 * 10**9, "3B")],
+     (3 * 10**9, "3B"), (1234567890123, "1234.6B")],
 )
 def test_format_compact(value, expected):
     assert format_compact(value) == expected

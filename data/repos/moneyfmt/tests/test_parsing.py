@@ -40,7 +40,9 @@ def test_parse_leading_decimal_point():
     assert parse_number(".75") == D("0.75")
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", "12,34", ",123", "1234,567", "1,23a", "-"])
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "1.2.3", "12,34", ",123", "1234,567", "1,23a", "-", "(12", "1e5", "NaN"]
+)
 def test_parse_invalid_numbers(bad):
     with pytest.raises(ParseError):
         parse_number(bad)
@@ -55,12 +57,14 @@ def test_detect_currency():
     assert detect_currency("5 €") == "EUR"
     assert detect_currency("chf 10") == "CHF"
     assert detect_currency("12 BD") == "BHD"
+    assert detect_currency("C$5") == "CAD"
     assert detect_currency("12") is None
 
 
 def test_parse_money_symbol():
     assert parse_money("$1,234.50") == (D("1234.50"), "USD")
     assert parse_money("-£3") == (D("-3"), "GBP")
+    assert parse_money("C$7.25") == (D("7.25"), "CAD")
 
 
 def test_parse_money_code_and_accounting():

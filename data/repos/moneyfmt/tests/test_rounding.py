@@ -50,6 +50,12 @@ def test_half_even_rounds_odd_up():
     assert round_to("3.5", 0, HALF_EVEN) == D("4")
     assert round_to("0.125", 2, BANKERS) == D("0.12")
     assert round_to("0.135", 2, BANKERS) == D("0.14")
+    assert round_to("2.5") == D("2")
+
+
+def test_half_down_on_odd_whole():
+    assert round_to("3.5", 0, HALF_DOWN) == D("3")
+    assert round_to("-3.5", 0, HALF_DOWN) == D("-3")
 
 
 def test_half_modes_not_at_half():
@@ -62,6 +68,8 @@ def test_directed_modes_off_half():
     assert round_to("1.99", 0, DOWN) == D("1")
     assert round_to("-1.2", 0, CEILING) == D("-1")
     assert round_to("-1.2", 0, FLOOR) == D("-2")
+    assert round_to("0.2", 0, CEILING) == D("1")
+    assert round_to("0.7", 0, FLOOR) == D("0")
 
 
 def test_exact_values_unchanged():
@@ -108,6 +116,10 @@ def test_allocate_ratios():
 
 def test_allocate_tie_goes_to_first():
     assert allocate("0.05", [3, 7]) == [D("0.02"), D("0.03")]
+
+
+def test_allocate_single_part():
+    assert allocate("5", [1]) == [D("5.00")]
 
 
 def test_allocate_zero_ratio_part():

@@ -1,0 +1,1 @@
+"""The task front: repository snapshots, the bug generator, ingestion, validation, the split."""

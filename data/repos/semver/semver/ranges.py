@@ -48,11 +48,10 @@ def _parse_partial(text):
             numbers.append(int(piece))
         else:
             raise InvalidRange("bad version part %r" % piece)
-    numbers += [None] * (3 - len(numbers))
-    if None in numbers:
-        cut = numbers.index(None)
-        numbers[cut:] = [None] * (3 - cut)
-    return numbers, pre
+    numbers.append(None)
+    cut = numbers.index(None)
+    # everything after the first wildcard (or missing part) is a wildcard too
+    return numbers[:cut] + [None] * (3 - cut), pre
 
 
 def _upper_for_wildcard(numbers):

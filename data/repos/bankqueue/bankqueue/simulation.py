@@ -46,6 +46,7 @@ class _State:
         self.log = [(0, 0)]
 
     def log_queue(self, time):
+        """Record the queue length at `time`, merging entries at the same instant."""
         length = len(self.queue)
         if self.log[-1][0] == time:
             self.log[-1] = (time, length)
@@ -53,6 +54,7 @@ class _State:
             self.log.append((time, length))
 
     def take_teller(self):
+        """Remove and return the lowest-numbered free teller."""
         self.free.sort()
         return self.free.pop(0)
 

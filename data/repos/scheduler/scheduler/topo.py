@@ -14,6 +14,7 @@ def find_cycle(project):
     stack = []
 
     def visit(node):
+        """Depth-first search that returns a cycle through the current stack, if any."""
         state[node] = 1
         stack.append(node)
         for dep in project.predecessors(node):

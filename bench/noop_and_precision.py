@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import time
@@ -27,10 +26,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 import tiny_project as tp  # noqa: E402
 
 from forgeline.workflow.dvc_export import snakemake_jobs, stage_name  # noqa: E402
-
-JOB = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
-WILDCARDS = re.compile(r"^\s+wildcards: (?P<wc>.+)$")
-
 
 def timed(project: Path, *cmd: str, repeats: int) -> float:
     times = []
@@ -59,17 +54,8 @@ def bare_workflow(dest: Path, n: int) -> Path:
 
 
 def planned(project: Path) -> set[str]:
-    out = tp.run(project, "snakemake", "-n", "--cores", "2").stdout
-    jobs, current = set(), None
-    for line in out.splitlines():
-        if m := JOB.match(line):
-            current = m["rule"]
-            jobs.add(current)
-        elif current and (m := WILDCARDS.match(line)):
-            jobs.discard(current)
-            jobs.add(f"{current}-{m['wc'].split('=', 1)[1]}")
-            current = None
-    return jobs - {"all"}
+    """Planned jobs named like dvc.yaml stages ("validate-alpha"), `all` aside."""
+    return {j.replace("repo=", "") for j in tp.planned_jobs(project, sep="-{}")} - {"all"}
 
 
 def minimal(jobs: list[dict], touched_file: str | None = None, touched_param: str | None = None,

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, trajectory  # noqa: E402
 from forgeline.agent.episode import agent_config, run_episode  # noqa: E402

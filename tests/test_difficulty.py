@@ -88,8 +88,7 @@ def direct_python():
 
 
 def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    import torch
     from forgeline.config import Config
     from forgeline.policy import model as tiny, tokenizer as tk
     from forgeline.tasks.generate import make_patch

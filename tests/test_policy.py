@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import chat, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, parse_patch  # noqa: E402

@@ -11,23 +11,11 @@ import yaml
 import tiny_project as tp
 
 pytestmark = pytest.mark.slow
-JOB = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
-WILDCARDS = re.compile(r"^\s+wildcards: (?P<wc>.+)$")
 
 
 def planned_jobs(project: Path) -> set[str]:
     """What `snakemake -n` would run, as {"rule" or "rule[repo=x]"}."""
-    out = tp.run(project, "snakemake", "-n", "--cores", "2").stdout
-    jobs, current = set(), None
-    for line in out.splitlines():
-        if m := JOB.match(line):
-            current = m["rule"]
-            jobs.add(current)
-        elif current and (m := WILDCARDS.match(line)):
-            jobs.discard(current)
-            jobs.add(f"{current}[{m['wc']}]")
-            current = None
-    return jobs
+    return tp.planned_jobs(project)
 
 
 def rule_edges(project: Path) -> set[tuple[str, str]]:

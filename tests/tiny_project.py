@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,22 @@ def artifact_digests(project: Path) -> dict[str, str]:
             for p in sorted((project / "results").rglob("*"))
             if p.is_file() and not p.name.endswith("manifest.json")
             and p.name not in (".gitignore", ".snakemake_timestamp")}
+
+
+_JOB = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
+_WILDCARDS = re.compile(r"^\s+wildcards: (?P<wc>.+)$")
+
+
+def planned_jobs(project: Path, sep: str = "[{}]") -> set[str]:
+    """What `snakemake -n` would run: "rule", or "rule" + sep.format(wildcards) per job."""
+    out = run(project, "snakemake", "-n", "--cores", "2").stdout
+    jobs, current = set(), None
+    for line in out.splitlines():
+        if m := _JOB.match(line):
+            current = m["rule"]
+            jobs.add(current)
+        elif current and (m := _WILDCARDS.match(line)):
+            jobs.discard(current)
+            jobs.add(current + sep.format(m["wc"]))
+            current = None
+    return jobs

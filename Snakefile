@@ -19,6 +19,10 @@ checked_config(config, CONFIG_FILES)
 CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]
+SFT = config["repos"]["sft"]
+# The policy every RL stage starts from: the tiny model after SFT (a real-scale overlay's
+# base is already a trained agent).
+BASE_POLICY = "results/policy/sft"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"
 
@@ -30,6 +34,9 @@ def image_of(wildcards):
 
 include: "rules/images.smk"
 include: "rules/tasks.smk"
+include: "rules/policy.smk"
+include: "rules/train.smk"
+include: "rules/evaluation.smk"
 
 
 rule all:
@@ -37,4 +44,6 @@ rule all:
     input:
         rules.funnel.output,
         rules.harbor.output,
+        rules.tables.output,
+        rules.report.output,
         expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),

@@ -1,6 +1,6 @@
 # Phase 1: tasks. External SWE-smith-format files are read once and sharded by repository.
 # Per repository: bugs are generated, ingested (with its shard) and validated by running
-# tests; then the pool repositories are split. Per-repository jobs keep a change in one
+# tests; the pool repositories' tasks of the right difficulty (rules/policy.smk) are split. Per-repository jobs keep a change in one
 # repository to its own chain.
 
 
@@ -99,7 +99,7 @@ rule validate:
 
 rule split:
     input:
-        tasks=expand("results/validated/{repo}.jsonl", repo=POOL),
+        tasks=expand("results/pool/{repo}.jsonl", repo=POOL),
         frozen=config["tasks"]["split"].get("frozen_manifest") or [],
         code=stage_code("forgeline.tasks.split"),
     output:
@@ -129,7 +129,7 @@ rule funnel:
         split="results/split/split.json",
         code=stage_code("forgeline.tasks.funnel"),
     output:
-        funnel="results/tasks/funnel.json",
+        metrics="results/tasks/funnel.json",
         manifest="results/tasks/funnel.manifest.json",
     params:
         conf=params_of(config, "repos"),
@@ -142,7 +142,7 @@ rule funnel:
     shell:
         "forgeline funnel {CONFIG} --ingest-reports {input.ingest}"
         " --validate-reports {input.validate} --extra-report {input.extra} --split {input.split}"
-        " --out {output.funnel} --manifest {output.manifest} --log {log}"
+        " --out {output.metrics} --manifest {output.manifest} --log {log}"
 
 
 rule harbor:

@@ -98,7 +98,11 @@ def test_chat_template_tools_calls_responses_and_generation_prompt(tok):
     text = chat.render(tok, messages, chat.tool_schemas(edit=True))
     assert text.startswith("<|im_start|>system\nYou fix bugs.\n\n# Tools\n")
     tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
-    assert [json.loads(line)["function"]["name"] for line in tools_block] == ["bash", "submit", "edit"]
+    # one signature per tool, optional arguments marked: what the tiny model reads
+    assert tools_block == [
+        "bash(command): " + chat.BASH_TOOL["function"]["description"],
+        "submit(): " + chat.SUBMIT_TOOL["function"]["description"],
+        "edit(path, old, new): " + chat.EDIT_TOOL["function"]["description"]]
     assert ('<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": '
             '{"command": "pytest -q"}}\n</tool_call><|im_end|>\n') in text
     # consecutive tool results: one user turn, each wrapped in <tool_response>

@@ -24,6 +24,10 @@ def rule_edges(project: Path) -> set[tuple[str, str]]:
     return {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", dot)}
 
 
+def rules_of(jobs: set[str]) -> set[str]:
+    return {j.split("[", 1)[0] for j in jobs}
+
+
 def downstream(project: Path, rule: str) -> set[str]:
     """The rule and every rule that depends on it, transitively."""
     edges, found, todo = rule_edges(project), {rule}, [rule]
@@ -63,7 +67,12 @@ def test_param_change_reruns_that_stage_only(built):
         data = yaml.safe_load(original)
         data["tasks"]["split"]["seed"] += 1
         params.write_text(yaml.safe_dump(data, sort_keys=False))
-        assert planned_jobs(built) == downstream(built, "split")
+        jobs = planned_jobs(built)
+        # the DAG picture reads params.yaml, so it (and the report) is redrawn on every edit
+        assert rules_of(jobs) == downstream(built, "split") | downstream(built, "rulegraph")
+        # the base policy on the held-out panel does not depend on the split
+        assert "evaluate[panel=heldout,policy=base]" not in jobs
+        assert "evaluate[panel=heldout,policy=ppo]" in jobs
     finally:
         params.write_text(original)
 
@@ -73,15 +82,19 @@ def test_stage_code_change_reruns_that_stage_and_descendants(built):
     original = split_src.read_text()
     try:
         split_src.write_text(original + "\n# a change in the split's code\n")
-        assert planned_jobs(built) == downstream(built, "split")
+        jobs = planned_jobs(built)
+        assert rules_of(jobs) == downstream(built, "split")
+        assert "evaluate[panel=heldout,policy=base]" not in jobs
     finally:
         split_src.write_text(original)
     validate_src = built / "src/forgeline/tasks/validate.py"
     original = validate_src.read_text()
     try:
         validate_src.write_text(original + "\n# a change in validation\n")
-        expected = {f"validate[repo={r}]" for r in tp.TINY_REPOS} | downstream(built, "validate")
-        assert planned_jobs(built) == expected - {"validate"}
+        jobs = planned_jobs(built)
+        assert rules_of(jobs) == downstream(built, "validate")
+        assert {j for j in jobs if j.startswith("validate[")} == {
+            f"validate[repo={r}]" for r in [*tp.TINY_REPOS, *tp.ROLE_REPOS]}
     finally:
         validate_src.write_text(original)
 
@@ -92,8 +105,11 @@ def test_one_repo_change_reruns_only_its_chain(built, tmp_path):
     shutil.copytree(built, project, symlinks=True)
     readme = project / "data/repos/beta/README.md"
     readme.write_text("beta: a changed snapshot\n")
-    chain = {f"{rule}[repo=beta]" for rule in ("generate", "ingest", "validate")}
-    assert planned_jobs(project) == chain | downstream(project, "split")
+    jobs = planned_jobs(project)
+    per_repo = {j for j in jobs if "[repo=" in j}
+    assert per_repo == {f"{rule}[repo=beta]" for rule in ("generate", "ingest", "validate", "difficulty")}
+    assert rules_of(jobs - per_repo) == downstream(project, "split")
+    assert "evaluate[panel=heldout,policy=base]" not in jobs
     tp.run(project, "snakemake", "--cores", "2")
     assert planned_jobs(project) == set()
     # only beta's chain changed: alpha's and gamma's validated tasks are byte-identical
@@ -108,7 +124,9 @@ def test_dag_picture_in_readme_matches_rulegraph(built):
     real = rule_edges(built)
     readme = (tp.ROOT / "README.md").read_text()
     block = readme.split("```mermaid", 1)[1].split("```", 1)[0]
-    drawn = set(re.findall(r"^\s*(\w+)(?:\[[^\]]*\])? --> (\w+)", block, re.M))
+    drawn = set()
+    for left, right in re.findall(r"^\s*(.+?) --> (\w+)", block, re.M):  # a & b[label] --> c
+        drawn |= {(name, right) for name in re.findall(r"(\w+)(?:\[[^\]]*\])?\s*(?:&|$)", left)}
     assert drawn == real
 
 

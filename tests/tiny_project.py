@@ -33,6 +33,18 @@ TINY_REPOS = {
               "def test_odd():\n    assert is_even(3) is False\n\n\ndef test_span():\n    assert span([3, 9, 4]) == 6\n"),
 }
 
+# The workflow's other roles: an SFT repository (oracle trajectories) and a held-out panel.
+ROLE_REPOS = {
+    "delta": ("def head(xs, n):\n    \"\"\"The first n items.\"\"\"\n    return xs[:n]\n\n\n"
+              "def total(xs):\n    \"\"\"Sum of the items.\"\"\"\n    s = 0\n    for x in xs:\n        s = s + x\n    return s\n",
+              "from delta import head, total\n\n\ndef test_head():\n    assert head([1, 2, 3], 2) == [1, 2]\n\n\n"
+              "def test_total():\n    assert total([1, 2, 3]) == 6\n\n\ndef test_total_empty():\n    assert total([]) == 0\n"),
+    "epsilon": ("def sign(x):\n    \"\"\"-1, 0 or 1.\"\"\"\n    if x > 0:\n        return 1\n    if x < 0:\n        return -1\n"
+                "    return 0\n",
+                "from epsilon import sign\n\n\ndef test_pos():\n    assert sign(5) == 1\n\n\n"
+                "def test_neg():\n    assert sign(-2) == -1\n\n\ndef test_zero():\n    assert sign(0) == 0\n"),
+}
+
 
 def write_repo(root: Path, name: str, source: str, tests: str) -> Path:
     repo = root / name
@@ -51,14 +63,30 @@ def make_project(dest: Path) -> Path:
         (shutil.copytree if src.is_dir() else shutil.copy2)(
             src, dest / item, **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")}
                                  if src.is_dir() else {}))
-    for name, (source, tests) in TINY_REPOS.items():
+    for name, (source, tests) in (TINY_REPOS | ROLE_REPOS).items():
         write_repo(dest / "data" / "repos", name, source, tests)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["repos"] = {"root": "data/repos", "pool": sorted(TINY_REPOS), "sft": [], "panel": []}
+    params["repos"] = {"root": "data/repos", "pool": sorted(TINY_REPOS), "sft": ["delta"], "panel": ["epsilon"]}
     params["sandbox"]["backend"] = "process"
     params["tasks"]["generate"].update(max_per_repo=3, max_tries_per_repo=6)
     params["tasks"]["validate"]["gold_runs"] = 1
     params["tasks"]["split"]["fractions"] = {"train": 0.34, "val": 0.33, "test": 0.33}
+    # the policy and RL phases at toy size: a random-ish policy, so every evaluated task is kept
+    params["tasks"]["difficulty"].update(k=1, band=[0.0, 1.0], max_tasks_per_repo=2, threads=1)
+    params["policy"]["init"]["tokenizer"].update(vocab_size=600, stdlib_max_bytes=150_000)
+    params["policy"]["init"]["model"].update(hidden_size=32, layers=1, heads=2, kv_heads=1, head_dim=16,
+                                             intermediate=64, max_position_embeddings=1024)
+    params["agent"].update(max_steps=2, max_new_tokens=12, context_limit=1024, wall_time_s=120,
+                           alignment="text")  # random tokens rarely re-tokenize to the same ids
+    params["agent"]["rollout"]["concurrency"] = 2
+    params["train"]["sft"].update(max_steps=2, max_seq_len=512, tokens_per_batch=1024, threads=1,
+                                  warmup_steps=1)
+    params["train"]["sft"]["synthetic"].update(examples=4, max_file_bytes=4000)
+    params["train"]["rollouts"]["samples_per_task"] = 2
+    params["train"]["critic"].update(epochs=1, threads=1, max_seq_len=1024)
+    params["train"]["ppo"].update(steps=1, tasks_per_step=1, threads=1)
+    params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
+                                        "heldout": ["results/validated/epsilon.jsonl"]}, threads=1)
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return dest
 

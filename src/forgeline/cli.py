@@ -33,6 +33,11 @@ STAGES: dict[str, tuple[str, str]] = {
     "agent-rollout": ("forgeline.agent.rollout", "episodes of a policy on tasks, resumable"),
     "sft": ("forgeline.train.sft", "supervised fine-tuning on oracle + synthetic trajectories"),
     "difficulty": ("forgeline.agent.difficulty", "pass@k of the base policy; keep tasks in the band"),
+    "critic": ("forgeline.train.critic", "pretrain the value model on offline rollouts"),
+    "ppo": ("forgeline.train.ppo", "PPO of a LoRA adapter on the train pool (torchrun for several processes)"),
+    "evaluate": ("forgeline.evaluation.evaluate", "one policy on one panel, paired seeds, resumable"),
+    "tables": ("forgeline.evaluation.tables", "paired tables: success, CI, wins/ties/losses, McNemar p"),
+    "report": ("forgeline.evaluation.report", "the HTML evidence page, plots and dvc-plots CSVs"),
 }
 TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),

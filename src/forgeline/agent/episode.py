@@ -4,8 +4,8 @@ The conversation is Qwen3's tool-call chat format (`forgeline.policy.chat`), the
 tiny and the real policy. Tools (short schemas: every prompt pays for them):
 
 - `bash(command)`: one command in the task's session (per-command time limit);
-- `edit(path, old, new)`: replace the single occurrence of `old` in `path`, done inside the
-  sandbox by a small `python3 -c` script that reads its arguments, base64-encoded, from a
+- `edit(path, old, new[, line])`: replace the single occurrence of `old` in `path` (or in
+  its line `line`), done inside the sandbox by a small `python3 -c` script that reads its arguments, base64-encoded, from a
   heredoc (no shell quoting of model text anywhere);
 - `submit()`: end the episode; the repository as it is now is the answer.
 
@@ -109,11 +109,13 @@ def config_digest(cfg: Mapping[str, Any]) -> str:
 
 # -- tools ----------------------------------------------------------------------------------
 
-def _schema(name: str, description: str, params: Sequence[str]) -> dict:
+def _schema(name: str, description: str, params: Sequence[str],
+            optional: Mapping[str, str] | None = None) -> dict:
+    """A function schema: `params` are required strings, `optional` maps name -> JSON type."""
+    props = {p: {"type": "string"} for p in params} | {k: {"type": t} for k, t in (optional or {}).items()}
     return {"type": "function", "function": {
         "name": name, "description": description,
-        "parameters": {"type": "object", "properties": {p: {"type": "string"} for p in params},
-                       "required": list(params)}}}
+        "parameters": {"type": "object", "properties": props, "required": list(params)}}}
 
 
 # Short on purpose: the schemas are in every prompt. With the 4096-token tiny vocabulary the
@@ -121,8 +123,11 @@ def _schema(name: str, description: str, params: Sequence[str]) -> dict:
 # and the whole first prompt is ~415 tokens plus the problem statement.
 AGENT_TOOLS: dict[str, dict] = {
     "bash": _schema("bash", "Run a bash command in the repository root.", ["command"]),
-    "edit": _schema("edit", "Replace the one occurrence of old with new in the file path.",
-                    ["path", "old", "new"]),
+    # `line` scopes the replacement to one line, so a fix can name just the changed tokens
+    # (`"line": 42, "old": "<", "new": "<="`) instead of copying a unique stretch of the file.
+    "edit": _schema("edit", "Replace the one occurrence of old with new in the file path "
+                            "(only in that line if line is given).", ["path", "old", "new"],
+                    {"line": "integer"}),
     "submit": _schema("submit", "Submit the repository as your fix.", []),
 }
 SYSTEM_PROMPT = ("Fix the bug described by the user in the Python repository in the current "
@@ -144,27 +149,52 @@ def user_prompt(task: Mapping[str, Any]) -> str:
     return task["problem_statement"].strip()
 
 
-# Reads {"path", "old", "new"} as base64 JSON on stdin; no single quote inside (shell-quoted).
+# Reads {"path", "old", "new"[, "line"]} as base64 JSON on stdin; no single quote inside
+# (it is shell-quoted). Mirrors `apply_edit`.
 EDIT_SCRIPT = """import base64,json,sys
 a=json.loads(base64.b64decode(sys.stdin.read()).decode("utf-8"))
-p,o,n=a["path"],a["old"],a["new"]
+p,o,n,l=a["path"],a["old"],a["new"],a.get("line")
 try:
     f=open(p,encoding="utf-8",newline="");s=f.read();f.close()
 except (OSError,UnicodeError) as e:
     print("edit failed: cannot read %s (%s)"%(p,type(e).__name__));sys.exit(1)
-k=s.count(o) if o else 0
-if k!=1:
-    print("edit failed: old occurs %d times in %s; it must occur exactly once"%(k,p));sys.exit(1)
-f=open(p,"w",encoding="utf-8",newline="");f.write(s.replace(o,n,1));f.close()
+if l is None:
+    k=s.count(o) if o else 0
+    if k!=1:
+        print("edit failed: old occurs %d times in %s; it must occur exactly once"%(k,p));sys.exit(1)
+    s=s.replace(o,n,1)
+else:
+    L=s.splitlines(True)
+    if not 1<=l<=len(L):
+        print("edit failed: %s has %d lines, no line %d"%(p,len(L),l));sys.exit(1)
+    k=L[l-1].count(o) if o else 0
+    if k!=1:
+        print("edit failed: old occurs %d times in line %d of %s; it must occur exactly once"%(k,l,p));sys.exit(1)
+    L[l-1]=L[l-1].replace(o,n,1);s="".join(L)
+f=open(p,"w",encoding="utf-8",newline="");f.write(s);f.close()
 print("edited %s"%p)
 """
 assert "'" not in EDIT_SCRIPT
 
 
-def edit_command(path: str, old: str, new: str) -> str:
+def edit_command(path: str, old: str, new: str, line: int | None = None) -> str:
     """The bash command that performs an `edit` call inside the sandbox."""
-    payload = base64.b64encode(json.dumps({"path": path, "old": old, "new": new}).encode()).decode()
+    args: dict[str, Any] = {"path": path, "old": old, "new": new}
+    if line is not None:
+        args["line"] = int(line)
+    payload = base64.b64encode(json.dumps(args).encode()).decode()
     return f"python3 -c {shlex.quote(EDIT_SCRIPT)} <<'FORGELINE_EDIT'\n{payload}\nFORGELINE_EDIT"
+
+
+def apply_edit(text: str, old: str, new: str, line: int | None = None) -> str | None:
+    """Pure twin of EDIT_SCRIPT: `text` after the edit, or None where the edit would fail."""
+    if line is None:
+        return text.replace(old, new, 1) if old and text.count(old) == 1 else None
+    lines = text.splitlines(True)
+    if not 1 <= line <= len(lines) or not old or lines[line - 1].count(old) != 1:
+        return None
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    return "".join(lines)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -411,7 +441,7 @@ class Episode:
                     "chars": len(res.output), "error": looks_like_error(res.output), "f2p_passing": f2p}
         if call.name == "edit":
             a = call.arguments
-            res = self.session.exec(edit_command(a["path"], a["old"], a["new"]), timeout)
+            res = self.session.exec(edit_command(a["path"], a["old"], a["new"], a.get("line")), timeout)
             out = res.output.strip()
             ok = res.exit_code == 0 and not res.timed_out
             if not out:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import IM_END, agent_config, run_episode, task_env
+from forgeline.agent.episode import IM_END, agent_config, apply_edit, run_episode, task_env
 from forgeline.agent.trajectory import export_trajectories
 from forgeline.policy.chat import format_tool_call
 from forgeline.policy.engine import Engine, Generation
@@ -191,6 +191,53 @@ def fix_edit(hunk: Hunk, current: str) -> tuple[str, str]:
         grow_low = not grow_low
 
 
+# Multi-character operators stay whole, so `<` -> `<=` is one token replaced, not `=` inserted.
+_TOKEN = re.compile(r"\w+|\s+|==|!=|<=|>=|//|\*\*|->|[^\w\s]")
+
+
+def line_fix(hunk: Hunk) -> tuple[int, str, str] | None:
+    """(line, old, new) of a line-scoped `edit` that undoes a hunk changing exactly one line
+    (one '-' line replaced by one '+' line): the smallest run of whole tokens that differs,
+    grown a token at a time (left, then right) until `old` is non-blank and occurs once in the
+    buggy line. `line` is the 1-based line number in the buggy file. None for other hunks."""
+    minus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "-"]
+    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
+    if len(minus) != 1 or len(plus) != 1:
+        return None
+    clean, buggy = hunk.lines[minus[0]][1], hunk.lines[plus[0]][1]
+    line = hunk.new_start + sum(1 for tag, _ in hunk.lines[:plus[0]] if tag != "-")
+    b, c = _TOKEN.findall(buggy.rstrip("\n")), _TOKEN.findall(clean.rstrip("\n"))
+    pre = 0
+    while pre < min(len(b), len(c)) and b[pre] == c[pre]:
+        pre += 1
+    suf = 0
+    while suf < min(len(b), len(c)) - pre and b[-1 - suf] == c[-1 - suf]:
+        suf += 1
+    lo, hi_b, hi_c = pre, len(b) - suf, len(c) - suf
+    grow_left = True
+    while True:
+        old, new = "".join(b[lo:hi_b]), "".join(c[lo:hi_c])
+        if old.strip() and buggy.count(old) == 1:
+            return line, old, new
+        if lo == 0 and hi_b == len(b):
+            return None
+        if (grow_left and lo > 0) or hi_b == len(b):
+            lo -= 1
+        else:
+            hi_b, hi_c = hi_b + 1, hi_c + 1
+        grow_left = not grow_left
+
+
+def fix_arguments(path: str, hunk: Hunk, current: str) -> dict[str, Any]:
+    """The `edit` arguments that undo `hunk` in `current`: line-scoped where the hunk changes
+    one line (short for a policy to write), else `fix_edit`'s unique stretch of the file."""
+    fix = line_fix(hunk)
+    if fix is not None and apply_edit(current, fix[1], fix[2], fix[0]) is not None:
+        return {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}
+    old, new = fix_edit(hunk, current)
+    return {"path": path, "old": old, "new": new}
+
+
 def _enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
     """(name, first line, last line) of the innermost def containing `line` (1-based)."""
     try:
@@ -250,10 +297,9 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
             elif not fn:
                 lo = max(1, line - 5)
                 actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{line + 5}p'"}))
-            old, new = fix_edit(hunk, current)
-            actions.append(("edit", {"path": path, "old": old, "new": new}))
-            if current.count(old) == 1:
-                current = current.replace(old, new, 1)
+            args = fix_arguments(path, hunk, current)
+            actions.append(("edit", args))
+            current = apply_edit(current, args["old"], args["new"], args.get("line")) or current
     tests = list(task["FAIL_TO_PASS"])
     if len(tests) > max_test_ids:
         tests = sorted({t.split("::", 1)[0] for t in tests})

@@ -285,7 +285,7 @@ def _rank(failure: Failure) -> int:
 
 
 # Wordings, per symptom; one of each is drawn with the instance's seed.
-_TITLES = {
+TITLES = {
     "value": ["{subject} returns a wrong result", "Wrong result from {subject}",
               "{subject} gives incorrect output"],
     "raises": ["{subject} raises `{exc}` unexpectedly", "Unexpected `{exc}` from {subject}",
@@ -317,7 +317,7 @@ _CHECK = [
     "This assertion fails: `{line}`. Output:",
     "`{line}` is not satisfied. What I see:",
 ]
-_REPRO = [
+REPRO = [
     "To reproduce: `python -m pytest {test}`",
     "Reproduce with `pytest {test}`.",
     "Minimal reproduction: run `pytest {test}`.",
@@ -390,8 +390,8 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
     if others:
         body.append(f"{others} other test{'s' if others > 1 else ''} in the suite fail"
                     f"{'' if others > 1 else 's'} as well.")
-    repro = rng.choice(_REPRO).format(test=failure.test_id)
-    title = rng.choice(_TITLES[symptom]).format(subject=subject, exc=exc_name)
+    repro = rng.choice(REPRO).format(test=failure.test_id)
+    title = rng.choice(TITLES[symptom]).format(subject=subject, exc=exc_name)
     text = title + "\n\n" + "\n\n".join(body + [repro]) + "\n"
     if _leaks(text, patch):  # pytest quoted the changed code: say less rather than leak it
         text = (f"{subject} misbehaves\n\n{subject} no longer behaves as its tests expect "

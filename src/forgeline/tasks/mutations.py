@@ -114,6 +114,24 @@ def enumerate_mutation_sites(source: str, kinds: Iterable[str] = KINDS, path: st
     changes the module's AST and still compiles, and no two produce the same mutated text.
     A module that does not parse has no sites.
     """
+    found = candidate_sites(source, kinds, path)
+    if found is None:
+        return []
+    candidates, reference = found
+    seen: set[str] = set()
+    sites = []
+    for site in candidates:
+        mutated = mutated_if_valid(source, site, reference, path)
+        if mutated is None or mutated in seen:
+            continue
+        seen.add(mutated)
+        sites.append(site)
+    return sites
+
+
+def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -> tuple[list[Site], str] | None:
+    """The unchecked sites of `source` (sorted) and the AST dump of the module that
+    `mutated_if_valid` compares against; None when the module does not parse."""
     kinds = tuple(kinds)
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
@@ -121,25 +139,24 @@ def enumerate_mutation_sites(source: str, kinds: Iterable[str] = KINDS, path: st
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []
+        return None
     collector = _Collector(source, path, set(kinds))
     collector.visit_module(tree)
-    reference = ast.dump(tree)
-    seen: set[str] = set()
-    sites = []
-    for site in sorted(set(collector.sites)):
-        mutated = apply_mutation(source, site)
-        if mutated in seen:
-            continue
-        try:
-            compile(mutated, path or "<mutated>", "exec", dont_inherit=True)
-            if ast.dump(ast.parse(mutated)) == reference:
-                continue  # only whitespace/parentheses changed: no bug
-        except (SyntaxError, ValueError):
-            continue
-        seen.add(mutated)
-        sites.append(site)
-    return sites
+    return sorted(set(collector.sites)), ast.dump(tree)
+
+
+def mutated_if_valid(source: str, site: Site, reference: str, path: str = "") -> str | None:
+    """The mutated text if it compiles and changes the AST (not just whitespace or
+    parentheses), else None. Checking costs a compile and a parse of the whole module, so
+    callers that need a few sites check them one by one instead of enumerating all."""
+    mutated = apply_mutation(source, site)
+    try:
+        compile(mutated, path or "<mutated>", "exec", dont_inherit=True)
+        if ast.dump(ast.parse(mutated)) == reference:
+            return None
+    except (SyntaxError, ValueError):
+        return None
+    return mutated
 
 
 def select_sites(sites: Sequence[Site], kinds: Sequence[str], seed: int, max_tries: int) -> list[Site]:

@@ -37,15 +37,17 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, tool_schemas,
+from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
                                      truncate)
-from forgeline.agent.oracle import _enclosing_function, _first_changed_line, fix_edit, oracle_texts, parse_patch
+from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, fix_arguments, oracle_texts,
+                                    parse_patch)
 from forgeline.policy.chat import assistant_message, render, tool_message
 from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
                                   write_json)
-from forgeline.tasks.mutations import KINDS, apply_mutation, enumerate_mutation_sites
+from forgeline.tasks.generate import REPRO, TITLES
+from forgeline.tasks.mutations import KINDS, apply_mutation, candidate_sites, mutated_if_valid
 from forgeline.tasks.schema import repo_key
 
 log = logging.getLogger(__name__)
@@ -156,6 +158,22 @@ def _result(output: str, max_chars: int) -> str:
     return truncate(f"exit code: 0\n{output}" if output else "exit code: 0", max_chars)
 
 
+_EXCEPTIONS = ("TypeError", "ValueError", "AttributeError", "IndexError", "KeyError", "ZeroDivisionError")
+
+
+def synthetic_statement(subject: str, name: str, module: str, rng: random.Random) -> str:
+    """An issue in the task generator's wordings (its titles and reproduction lines) for a
+    bug in `subject`; there is no test run, so the body says what misbehaves, not by how much."""
+    symptom = rng.choice(["value", "raises", "check"])
+    exc = rng.choice(_EXCEPTIONS)
+    title = rng.choice(TITLES[symptom]).format(subject=subject, exc=exc)
+    body = {"value": f"{subject} no longer returns what its documentation promises.",
+            "raises": f"Calling {subject} now raises `{exc}` for input it used to accept.",
+            "check": f"{subject} no longer behaves as its tests expect."}[symptom]
+    test = f"tests/test_{module.rsplit('.', 1)[-1]}.py::test_{name.strip('_')}"
+    return f"{title}\n\n{body}\n\n{rng.choice(REPRO).format(test=test)}"  # as user_prompt strips it
+
+
 def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
                        max_tool_output_chars: int = 2000) -> list[dict] | None:
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
@@ -172,8 +190,8 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     if len(hunks) != 1:
         return None
     hunk = hunks[0]
-    old, new = fix_edit(hunk, buggy)
-    if buggy.count(old) != 1 or buggy.replace(old, new, 1) != clean:
+    edit = fix_arguments(path, hunk, buggy)
+    if apply_edit(buggy, edit["old"], edit["new"], edit.get("line")) != clean:
         return None
     line = _first_changed_line(hunk)
     fn = _enclosing_function(buggy, line)
@@ -186,17 +204,16 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
                    for i, text in enumerate(lines, 1) if f"def {name}(" in text)
     if not grep:
         return None
-    lo, hi = fn[1], fn[2]
-    if hi - lo + 1 > max_lines:
-        lo = max(fn[1], line - max_lines // 2)
-        hi = lo + max_lines - 1
+    # the window a policy can choose without knowing the bug: from the def line on
+    lo, hi = fn[1], min(fn[2], fn[1] + max_lines - 1)
+    if line > hi:
+        return None
     module = path[:-3].replace("/", ".").removesuffix(".__init__")
-    statement = (f"`{module}.{site.function}` gives wrong results\n\n"
-                 f"Since a recent change, `{site.function}` in `{path}` no longer behaves as "
-                 f"documented: calls that used to work now return a wrong value or raise.")
+    statement = synthetic_statement(f"`{module}.{site.function}`", name, module,
+                                    random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"))
     actions = [("bash", {"command": f'grep -rn "def {name}(" {folder}'}),
                ("bash", {"command": f"nl -ba {path} | sed -n '{lo},{hi}p'"}),
-               ("edit", {"path": path, "old": old, "new": new}),
+               ("edit", edit),
                ("submit", {})]
     results = [_result(grep, max_tool_output_chars),
                _result(_nl(lines, lo, hi), max_tool_output_chars),
@@ -225,13 +242,18 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
         if len(out) >= n:
             break
         kind = kinds[i % len(kinds)]
-        sites = enumerate_mutation_sites(text, [kind], path)
+        found = candidate_sites(text, [kind], path)
+        if found is None:
+            continue
+        sites, reference = found
         rng = random.Random(_rank(seed, path))
         rng.shuffle(sites)
         got = 0
         for site in sites:
             if got >= per_file or len(out) >= n:
                 break
+            if mutated_if_valid(text, site, reference, path) is None:
+                continue
             msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars)
             if msgs is not None:
                 out.append((f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}", msgs))
@@ -312,6 +334,19 @@ def masked_lm_loss(logits, input_ids, loss_mask):
     return (nll[m].sum() / max(count, 1)), count
 
 
+def action_loss(model, input_ids, attention_mask, loss_mask):
+    """`masked_lm_loss` of a causal LM without its full logits: the output head runs only
+    on the positions that predict an action token (~15% of an agent conversation), which
+    saves most of the head's time and memory. Returns (loss, number of target tokens)."""
+    import torch.nn.functional as F
+
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    m = loss_mask[:, 1:].bool()
+    logits = model.get_output_embeddings()(hidden[:, :-1][m])
+    count = int(m.sum())
+    return F.cross_entropy(logits.float(), input_ids[:, 1:][m], reduction="sum") / max(count, 1), count
+
+
 def lr_at(step: int, total: int, warmup: int, base: float, min_ratio: float, kind: str = "cosine") -> float:
     """Learning rate of optimizer step `step` (0-based) of `total`: linear warm-up over
     `warmup` steps to `base`, then cosine or linear decay to base x min_ratio at the end."""
@@ -358,8 +393,7 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], 
         for g in opt.param_groups:
             g["lr"] = lr
         ids, att, lmask = collate([examples[i] for i in idx], pad_id)
-        logits = model(input_ids=ids, attention_mask=att).logits
-        loss, count = masked_lm_loss(logits, ids, lmask)
+        loss, count = action_loss(model, ids, att, lmask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))

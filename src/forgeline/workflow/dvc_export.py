@@ -49,6 +49,7 @@ def snakemake_jobs(snakefile: Path, config_files: list[str]) -> list[dict[str, A
                 "cmd": re.sub(r"\s+", " ", job.shellcmd).strip(),
                 "deps": sorted({str(f) for f in job.input}),
                 "outs": sorted(str(f) for f in job.output),
+                "named_outs": {name: str(f) for name, f in job.output.items()},
                 "params": params.get("conf", {}),
             })
     return sorted(jobs, key=lambda j: (j["rule"], sorted(j["wildcards"].items())))
@@ -90,7 +91,15 @@ def render(jobs: list[dict], config_files: list[str]) -> str:
         params = stage_params(job["params"], config_files)
         if params:
             stage["params"] = params
-        stage["outs"] = job["outs"]
+        # outputs named `metrics` are DVC metrics (`dvc metrics show/diff`), `plot_*` plots
+        named = job.get("named_outs", {})
+        metrics = sorted(f for n, f in named.items() if n == "metrics")
+        plots = sorted(f for n, f in named.items() if n.startswith("plot_"))
+        stage["outs"] = [f for f in job["outs"] if f not in metrics and f not in plots]
+        if metrics:
+            stage["metrics"] = metrics
+        if plots:
+            stage["plots"] = plots
         stages[stage_name(job)] = stage
     buf = io.StringIO()
     yaml.safe_dump({"stages": stages}, buf, sort_keys=False, width=100, default_flow_style=False)

@@ -1,0 +1,127 @@
+# Phase 5: evidence. Every policy runs on every panel under one protocol (same tasks, agent
+# config and seeds); the paired tables and the report are built from those results.
+
+PANELS = config["evaluation"]["panels"]
+POLICIES = config["evaluation"]["policies"]
+EVAL_BASE = config["evaluation"]["base"]
+# the overlays of params.yaml (the Snakefile names params.yaml itself), for nested snakemake
+CONFIGFILES = " ".join(f"--configfile {f}" for f in CONFIG_FILES[1:])
+# every artifact's manifest, for the report's sha256 table (folders carry theirs inside)
+MANIFEST_FILES = [
+    *expand("results/{step}/{repo}.manifest.json", step=["candidates", "tasks", "validated"], repo=ALL_REPOS),
+    *expand("results/images/{repo}.manifest.json", repo=ALL_REPOS if DOCKER else []),
+    *expand("results/sft/oracle/{repo}.manifest.json", repo=SFT),
+    *expand("results/pool/{repo}.manifest.json", repo=POOL),
+    "results/tasks/extra/manifest.json", "results/split/manifest.json",
+    "results/tasks/funnel.manifest.json", "results/harbor/manifest.json",
+    "results/rollouts/train.manifest.json",
+    *expand("results/eval/{panel}/{policy}.manifest.json", panel=PANELS, policy=POLICIES),
+    "results/eval/tables/manifest.json",
+]
+MANIFEST_DIRS = ["results/policy/init", BASE_POLICY, "results/critic", "results/adapter"]
+
+
+rule evaluate:
+    input:
+        tasks=lambda w: PANELS[w.panel],
+        policy=lambda w: POLICIES[w.policy]["path"],
+        base=lambda w: POLICIES[w.policy].get("base", []),
+        images=expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),
+        code=stage_code("forgeline.evaluation.evaluate"),
+    output:
+        results="results/eval/{panel}/{policy}.jsonl",
+        episodes="results/eval/{panel}/{policy}.episodes.jsonl",
+        manifest="results/eval/{panel}/{policy}.manifest.json",
+    params:
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "evaluation"),
+        base=lambda w, input: f"--base {input.base}" if input.base else "",
+    wildcard_constraints:
+        panel="|".join(PANELS),
+        policy="|".join(POLICIES),
+    log:
+        "logs/evaluate/{panel}/{policy}.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    shell:
+        "forgeline evaluate {CONFIG} --tasks {input.tasks} --panel {wildcards.panel}"
+        " --policy {input.policy} {params.base} --name {wildcards.policy}"
+        " --out {output.results} --episodes {output.episodes} --manifest {output.manifest} --log {log}"
+
+
+rule tables:
+    input:
+        results=expand("results/eval/{panel}/{policy}.jsonl", panel=PANELS, policy=POLICIES),
+        code=stage_code("forgeline.evaluation.tables"),
+    output:
+        markdown="results/eval/tables/tables.md",
+        csv="results/eval/tables/tables.csv",
+        json="results/eval/tables/tables.json",
+        metrics="results/eval/tables/metrics.json",
+        manifest="results/eval/tables/manifest.json",
+    params:
+        conf=params_of(config, "evaluation"),
+    log:
+        "logs/tables.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "forgeline tables {CONFIG} --results {input.results} --base {EVAL_BASE}"
+        " --out-dir results/eval/tables --manifest {output.manifest} --log {log}"
+
+
+rule rulegraph:
+    input:
+        "Snakefile",
+        CONFIG_FILES,
+        sorted(Path("rules").glob("*.smk")),
+    output:
+        "results/report/rulegraph.dot",
+    log:
+        "logs/rulegraph.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "snakemake --rulegraph --nolock --quiet all {CONFIGFILES} > {output} 2> {log}"
+
+
+rule report:
+    input:
+        dag="results/report/rulegraph.dot",
+        funnel="results/tasks/funnel.json",
+        split="results/split/split.json",
+        images=expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),
+        difficulty=expand("results/pool/{repo}.difficulty.json", repo=POOL),
+        critic="results/critic",
+        ppo="results/adapter",
+        tables="results/eval/tables/metrics.json",
+        manifests=MANIFEST_FILES,
+        folders=sorted(set(MANIFEST_DIRS)),
+        code=stage_code("forgeline.evaluation.report"),
+    params:
+        folder_manifests=[f"{d}/manifest.json" for d in sorted(set(MANIFEST_DIRS))],
+    output:
+        html=report("results/report/report.html", caption="../docs/report-caption.rst",
+                    category="evidence"),
+        plot_success="results/report/success.csv",
+        plot_difficulty="results/report/difficulty.csv",
+        plot_critic="results/report/critic_curve.csv",
+        plot_ppo="results/report/ppo_curve.csv",
+        manifest="results/report/manifest.json",
+    log:
+        "logs/report.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "forgeline report {CONFIG} --out-dir results/report --dag {input.dag} --funnel {input.funnel}"
+        " --split {input.split} --images {input.images} --difficulty {input.difficulty}"
+        " --critic {input.critic}/metrics.json --ppo-log {input.ppo}/train_log.jsonl"
+        " --metrics {input.tables} --tables-md results/eval/tables/tables.md"
+        " --manifests {input.manifests} {params.folder_manifests} --manifest {output.manifest} --log {log}"

@@ -1,0 +1,97 @@
+# Phase 2: the base policy. A tiny Qwen3 (its tokenizer trained here) is taught the agent's
+# protocol on oracle trajectories of the SFT repositories plus synthetic fixes of other
+# Python source; pass@k of that policy then keeps the pool tasks of the configured
+# difficulty, per repository, and the split is taken over what it keeps.
+
+
+rule policy_init:
+    input:
+        corpus=lambda w: [f for r in SFT for f in repo_files(REPOS_ROOT, r)],
+        code=stage_code("forgeline.policy.init_stage"),
+    output:
+        policy=directory("results/policy/init"),
+    params:
+        conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init"),
+    log:
+        "logs/policy_init.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    shell:
+        "forgeline policy-init {CONFIG} --out {output.policy} --log {log}"
+
+
+rule agent_oracle:
+    input:
+        tasks="results/validated/{repo}.jsonl",
+        policy="results/policy/init",
+        repo=lambda w: repo_files(REPOS_ROOT, w.repo),
+        image=image_of,
+        code=stage_code("forgeline.agent.oracle"),
+    output:
+        episodes="results/sft/oracle/{repo}.jsonl",
+        manifest="results/sft/oracle/{repo}.manifest.json",
+    params:
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent"),
+    wildcard_constraints:
+        repo="|".join(SFT),
+    log:
+        "logs/agent_oracle/{repo}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    shell:
+        "forgeline agent-oracle {CONFIG} --tasks {input.tasks} --tokenizer {input.policy}"
+        " --out {output.episodes} --manifest {output.manifest} --log {log}"
+
+
+rule sft:
+    input:
+        init="results/policy/init",
+        oracle=expand("results/sft/oracle/{repo}.jsonl", repo=SFT),
+        corpus=lambda w: [f for r in SFT for f in repo_files(REPOS_ROOT, r)],
+        code=stage_code("forgeline.train.sft"),
+    output:
+        policy=directory("results/policy/sft"),
+    params:
+        conf=params_of(config, "seed", "repos", "agent.tools", "agent.max_tool_output_chars",
+                       "train.sft"),
+    log:
+        "logs/sft.log",
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=120,
+    shell:
+        "forgeline sft {CONFIG} --init {input.init} --oracle {input.oracle}"
+        " --out {output.policy} --log {log}"
+
+
+rule difficulty:
+    input:
+        tasks="results/validated/{repo}.jsonl",
+        policy="results/policy/sft",
+        repo=lambda w: repo_files(REPOS_ROOT, w.repo),
+        image=image_of,
+        code=stage_code("forgeline.agent.difficulty"),
+    output:
+        pool="results/pool/{repo}.jsonl",
+        report="results/pool/{repo}.difficulty.json",
+        episodes="results/pool/{repo}.episodes.jsonl",
+        manifest="results/pool/{repo}.manifest.json",
+    params:
+        conf=params_of(config, "seed", "repos", "sandbox", "agent", "tasks.difficulty"),
+    wildcard_constraints:
+        repo="|".join(POOL),
+    log:
+        "logs/difficulty/{repo}.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    shell:
+        "forgeline difficulty {CONFIG} --tasks {input.tasks} --policy {input.policy}"
+        " --out {output.pool} --report {output.report} --episodes {output.episodes}"
+        " --manifest {output.manifest} --log {log}"

@@ -1,0 +1,70 @@
+# Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic;
+# PPO then trains a LoRA adapter of the actor on the train split with that critic.
+
+
+rule offline_rollouts:
+    input:
+        tasks="results/split/train.jsonl",
+        policy=BASE_POLICY,
+        images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
+        code=stage_code("forgeline.agent.rollout"),
+    output:
+        episodes="results/rollouts/train.jsonl",
+        manifest="results/rollouts/train.manifest.json",
+    params:
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "train.rollouts"),
+    log:
+        "logs/offline_rollouts.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    shell:
+        "forgeline agent-rollout {CONFIG} --tasks {input.tasks} --policy {input.policy} --name base"
+        " --samples {config[train][rollouts][samples_per_task]} --threads {threads}"
+        " --out {output.episodes} --manifest {output.manifest} --log {log}"
+
+
+rule critic:
+    input:
+        policy=BASE_POLICY,
+        episodes="results/rollouts/train.jsonl",
+        code=stage_code("forgeline.train.critic"),
+    output:
+        critic=directory("results/critic"),
+    params:
+        conf=params_of(config, "seed", "agent.reward", "agent.context_limit", "train.critic"),
+    log:
+        "logs/critic.log",
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=120,
+        gpus=0,
+    shell:
+        "forgeline critic {CONFIG} --policy {input.policy} --episodes {input.episodes}"
+        " --out {output.critic} --log {log}"
+
+
+rule ppo:
+    input:
+        policy=BASE_POLICY,
+        critic="results/critic",
+        tasks="results/split/train.jsonl",
+        images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
+        code=stage_code("forgeline.train.ppo"),
+    output:
+        adapter=directory("results/adapter"),
+    params:
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "train.ppo"),
+    log:
+        "logs/ppo.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
+        gpus=0,
+    shell:
+        "forgeline ppo {CONFIG} --policy {input.policy} --critic {input.critic}"
+        " --tasks {input.tasks} --out {output.adapter} --checkpoints results/ppo-checkpoints"
+        " --log {log}"

@@ -1,0 +1,49 @@
+"""Evaluation: paired runs of policies on panels, their statistics, tables and the evidence page.
+
+| module | what |
+|---|---|
+| `stats.py` | pure: wins/ties/losses, exact McNemar p, Wilson interval, means and ratios, verdicts |
+| `evaluate.py` | stage `evaluate`: one policy (HF folder or PEFT adapter) on one panel, resumable |
+| `tables.py` | stage `tables`: per panel, every policy against the base; Markdown, CSV, metrics.json |
+| `report.py` | stage `report`: one self-contained HTML evidence page, plots, dvc-plots CSVs |
+
+See docs/evaluation.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# Keys of the config section `evaluation`. `policies`, `panels` and `openai` name what the
+# workflow runs (the rules read them); `evaluate` reads k, seeds, engine, threads, dtype;
+# `tables` reads base, alpha, confidence.
+DEFAULTS: dict[str, Any] = {
+    "base": "base",          # name of the policy the others are compared with (tables)
+    "policies": {},          # name -> {path, base?}: what to evaluate (workflow)
+    "panels": {},            # name -> [task JSONL files] (workflow)
+    "k": 1,                  # samples (episodes) per task
+    "seeds": None,           # explicit episode seeds (k of them); null = sample_seeds(seed, k)
+    "engine": "hf",          # hf (in-process transformers) | openai (an OpenAI-compatible server)
+    "openai": {},            # {base_url, tokenizer}: for engine openai (workflow)
+    "alpha": 0.05,           # significance level of the verdicts (tables)
+    "confidence": 0.95,      # level of the success-rate intervals (tables)
+    "threads": 1,            # torch threads (hf engine)
+    "dtype": "float32",      # weights dtype (hf engine)
+}
+
+
+def evaluation_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """DEFAULTS overlaid by `section` (the config's `evaluation`), checked."""
+    out = dict(DEFAULTS)
+    for key, value in (section or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"evaluation: unknown key {key} (known: {', '.join(sorted(DEFAULTS))})")
+        out[key] = value
+    if int(out["k"]) < 1:
+        raise ValueError("evaluation.k must be >= 1")
+    if out["seeds"] is not None and len(out["seeds"]) != int(out["k"]):
+        raise ValueError(f"evaluation.seeds: {len(out['seeds'])} seeds for k={out['k']}")
+    if out["engine"] not in ("hf", "openai"):
+        raise ValueError(f"evaluation.engine={out['engine']!r}: expected hf or openai")
+    if not 0 < float(out["alpha"]) < 1 or not 0 < float(out["confidence"]) < 1:
+        raise ValueError("evaluation.alpha and evaluation.confidence must lie in (0, 1)")
+    return out

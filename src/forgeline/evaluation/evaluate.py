@@ -1,0 +1,196 @@
+"""Stage `evaluate`: one policy on one panel, under the shared protocol, resumable.
+
+The protocol every policy gets (what makes two results files pairable): the same task file(s),
+the same agent config (section `agent`: tools, step and context limits, sampling), the same
+episode seeds `forgeline.agent.rollout.sample_seeds(root seed, k)` (k = 1 sample per task by
+default), and the verifier as the only judge of `resolved`.
+
+A policy is
+- an HF model folder (weights + tokenizer), loaded with `HFEngine.from_pretrained`; or
+- a PEFT adapter folder (`adapter_config.json` present): its base model (`--base DIR`, else the
+  adapter's `base_model_name_or_path`) is loaded, the adapter put on it with
+  `PeftModel.from_pretrained`, and generation runs with the adapter active (not merged, so the
+  weights are exactly the trained ones); the tokenizer comes from the adapter folder when it
+  has one, else from the base; or
+- a model served by an OpenAI-compatible server (`--engine openai --base-url URL --model NAME
+  --tokenizer DIR`; with vLLM, an adapter is served as a LoRA module and named by `--model`).
+
+Outputs: the per-task results JSONL (one line per (instance_id, seed), sorted; see
+`task_result`), the full episodes JSONL (forgeline.agent record format), then the manifest.
+`wall_s` is machine-dependent (load, hardware, sandbox backend); every other field is a
+function of task, seed, policy and config (with `agent.rollout.seeding: episode`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from forgeline.agent.episode import agent_config
+from forgeline.evaluation import evaluation_config
+from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.policy.engine import Engine
+from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
+from forgeline.sandbox import get_sandbox
+
+log = logging.getLogger(__name__)
+STAGE = "evaluation.evaluate"
+ADAPTER_CONFIG = "adapter_config.json"
+
+def episode_seeds(ev: Mapping[str, Any], root_seed: int) -> list[int]:
+    """The k episode seeds: explicit ones, else sample_seeds(root seed, k) (the same for every
+    policy, which is what pairs the results)."""
+    return [int(s) for s in ev["seeds"]] if ev["seeds"] is not None else sample_seeds(int(root_seed), int(ev["k"]))
+
+
+# -- pure -----------------------------------------------------------------------------------
+
+RESULT_FIELDS = ("policy", "panel", "instance_id", "repo", "seed", "resolved", "outcome",
+                 "termination", "steps", "input_tokens", "output_tokens", "wall_s", "config_digest")
+
+
+def task_result(episode: Mapping[str, Any], policy: str, panel: str) -> dict[str, Any]:
+    """One per-task result line from one episode record.
+
+    resolved: outcome == "resolved" (the verifier's verdict, submitted); termination: the
+    episode's exit_status (submitted, step_limit, token_limit, wall_time, context_exceeded,
+    invalid_calls); steps: assistant turns; input_tokens: sum of prompt lengths over turns;
+    output_tokens: generated tokens; wall_s: seconds (machine-dependent); config_digest: the
+    agent config's digest (tables refuse to pair results made under different configs).
+    """
+    stats = episode["stats"]
+    return {
+        "policy": policy, "panel": panel,
+        "instance_id": episode["instance_id"], "repo": episode.get("repo"), "seed": int(episode["seed"]),
+        "resolved": episode["outcome"] == "resolved", "outcome": episode["outcome"],
+        "termination": episode["exit_status"],
+        "steps": int(stats["steps"]), "input_tokens": int(stats["input_tokens"]),
+        "output_tokens": int(stats["output_tokens"]),
+        "wall_s": (episode.get("timing") or {}).get("wall_s"),
+        "config_digest": episode.get("config_digest"),
+    }
+
+
+def task_results(episodes: Sequence[Mapping[str, Any]], policy: str, panel: str) -> list[dict]:
+    """task_result of every episode, sorted by (instance_id, seed)."""
+    rows = [task_result(ep, policy, panel) for ep in episodes]
+    return sorted(rows, key=lambda r: (r["instance_id"], r["seed"]))
+
+
+def adapter_base(adapter_config: Mapping[str, Any], override: str | None = None) -> str:
+    """The base model path of a PEFT adapter: `override` if given, else the adapter config's
+    base_model_name_or_path (an error when neither names one)."""
+    base = override or adapter_config.get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{ADAPTER_CONFIG} names no base_model_name_or_path: pass --base DIR")
+    return str(base)
+
+
+# -- loading a policy -----------------------------------------------------------------------
+
+def is_adapter(path: str | Path) -> bool:
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def load_hf_policy(path: str | Path, base: str | None = None, dtype: str = "float32") -> tuple[Engine, dict]:
+    """An HFEngine for an HF model folder or a PEFT adapter folder; and what was loaded
+    ({kind: model|adapter, path, base?})."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgeline.policy.engine import HFEngine
+
+    path = Path(path)
+    if not is_adapter(path):
+        if base:
+            raise ValueError(f"--base given but {path} is not a PEFT adapter (no {ADAPTER_CONFIG})")
+        return HFEngine.from_pretrained(path, dtype=dtype), {"kind": "model", "path": str(path)}
+    from peft import PeftModel
+
+    base_path = adapter_base(json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8")), base)
+    # an adapter saved with its tokenizer (e.g. added tokens) must use that one
+    tok_dir = path if (path / "tokenizer_config.json").is_file() else base_path
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, dtype))
+    model = PeftModel.from_pretrained(model, str(path), is_trainable=False)
+    return HFEngine(model, tokenizer), {"kind": "adapter", "path": str(path), "base": base_path,
+                                        "tokenizer": str(tok_dir)}
+
+
+def load_engine(args: argparse.Namespace, ev: Mapping[str, Any]) -> tuple[Engine, str, dict]:
+    """(engine, policy name, what was loaded) from the CLI arguments."""
+    engine_kind = args.engine or ev["engine"]
+    if engine_kind == "hf":
+        if not args.policy:
+            raise SystemExit("engine hf: give --policy DIR (an HF model folder or a PEFT adapter folder)")
+        engine, info = load_hf_policy(args.policy, args.base, str(ev["dtype"]))
+        return engine, args.name or Path(args.policy).name, info
+    if not (args.base_url and args.model and args.tokenizer):
+        raise SystemExit("engine openai: give --base-url URL --model NAME --tokenizer DIR")
+    from transformers import AutoTokenizer
+
+    from forgeline.policy.engine import OpenAIEngine
+
+    engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
+    return engine, args.name or args.model, {"kind": "openai", "base_url": args.base_url, "model": args.model,
+                                             "tokenizer": args.tokenizer}
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", nargs="+", required=True, help="the panel: task JSONL file(s)")
+    parser.add_argument("--panel", help="the panel's name in the results (default: first task file's stem)")
+    parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder (engine hf)")
+    parser.add_argument("--base", help="base model folder of a PEFT adapter (default: its base_model_name_or_path)")
+    parser.add_argument("--name", help="the policy's name in the results (default: folder or model name)")
+    parser.add_argument("--engine", choices=("hf", "openai"), help="override evaluation.engine")
+    parser.add_argument("--base-url", help="engine openai: the server (e.g. http://host:8000/v1)")
+    parser.add_argument("--model", help="engine openai: the served model's name")
+    parser.add_argument("--tokenizer", help="engine openai: the policy's tokenizer folder")
+    parser.add_argument("--out", required=True, help="per-task results JSONL")
+    parser.add_argument("--episodes", help="episodes JSONL (default: OUT with .episodes.jsonl)")
+    parser.add_argument("--partial", help="resumable episode record (default: OUT.partial)")
+    parser.add_argument("--manifest", help="manifest path (default: OUT with .manifest.json)")
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    import torch
+
+    ev = evaluation_config(cfg.data.get("evaluation"))
+    a = agent_config(cfg.data.get("agent"))
+    torch.set_num_threads(max(1, int(ev["threads"])))
+    seeds = episode_seeds(ev, int(cfg["seed"]))
+    panel = args.panel or Path(args.tasks[0]).name.split(".")[0]
+    tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
+    ids = [t["instance_id"] for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"panel {panel}: duplicate instance_id in {args.tasks}")
+    engine, name, loaded = load_engine(args, ev)
+    out = Path(args.out)
+    episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
+    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+    # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
+    inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
+    manifest = Manifest(stage=STAGE, params={"evaluation": {key: ev[key] for key in ("k", "seeds", "engine", "dtype")},
+                                             "agent": a},
+                        seeds={"episodes": seeds}, inputs=inputs, code=stage_sources(__name__))
+    pairs = [(t, s) for t in tasks for s in seeds]
+    log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
+    with manifest.timed("rollout"):
+        episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=cfg["repos"]["root"],
+                           record_path=partial, policy=name,
+                           test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+    results = task_results(episodes, name, panel)
+    write_jsonl(out, results)
+    write_jsonl(episodes_path, episodes)
+    resolved = sum(r["resolved"] for r in results)
+    manifest.notes = {"policy": name, "panel": panel, "loaded": loaded, "engine": type(engine).__name__,
+                      "episodes": len(results), "resolved": resolved,
+                      "success_rate": resolved / len(results) if results else 0.0,
+                      "wall_s_is_machine_dependent": True}
+    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out, episodes_path])
+    partial.unlink(missing_ok=True)
+    log.info("evaluate %s on %s: %d/%d resolved", name, panel, resolved, len(results))

@@ -1,0 +1,605 @@
+"""Stage `report`: one self-contained HTML evidence page from whatever artifacts exist.
+
+Every input is optional; a section whose input was not given is listed as "not part of this
+build". Sections, in order: the result (the paired tables' verdicts, stated plainly), the
+paired tables, the DAG (`snakemake --rulegraph` DOT: drawn by graphviz `dot` when it is on
+PATH, else by matplotlib in layers; the edges are always listed), the task funnel, the split
+digest, the image digests, the difficulty (pass@k) histogram, the critic curves, the PPO
+curves, and the sha256 of every artifact named by the given manifests.
+
+Outputs (in --out-dir): report.html (plots embedded as base64 PNG / inline SVG, no external
+file or network access), every plot as its own file (<name>.png, dag.svg with graphviz), a
+CSV per plot for `dvc plots` (<name>.csv) and a Snakemake report caption per plot
+(<name>.rst); then the manifest. Nothing in the page depends on the time it was built.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import io
+import json
+import logging
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from forgeline.evaluation.stats import format_p, verdict
+from forgeline.provenance import Manifest, atomic_path, read_jsonl, stage_sources, write_text
+
+log = logging.getLogger(__name__)
+STAGE = "evaluation.report"
+
+
+# -- pure: inputs -> rows -------------------------------------------------------------------
+
+def parse_rulegraph(dot: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(rule names sorted, edges (from rule, to rule) sorted) of a `snakemake --rulegraph` DOT
+    text (`0[label = "all", ...]` nodes, `1 -> 0` edges); plain `a -> b` names are kept as is."""
+    labels = dict(re.findall(r'^\s*"?(\w+)"?\s*\[\s*label\s*=\s*"([^"]*)"', dot, flags=re.M))
+    edges = {(labels.get(a, a), labels.get(b, b))
+             for a, b in re.findall(r'^\s*"?(\w+)"?\s*->\s*"?(\w+)"?', dot, flags=re.M)}
+    names = set(labels.values()) | {n for e in edges for n in e}
+    return sorted(names), sorted(edges)
+
+
+def dag_layers(names: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """Rules in layers: a rule's layer is the length of the longest path reaching it (inputs
+    first, `all` last); each layer sorted. A cycle (impossible in Snakemake) is an error."""
+    preds: dict[str, set[str]] = {n: set() for n in names}
+    for a, b in edges:
+        preds.setdefault(b, set()).add(a)
+        preds.setdefault(a, set())
+    depth: dict[str, int] = {}
+
+    def visit(node: str, stack: tuple[str, ...]) -> int:
+        if node in stack:
+            raise ValueError(f"the rule graph has a cycle through {node}")
+        if node not in depth:
+            depth[node] = 1 + max((visit(p, stack + (node,)) for p in preds[node]), default=-1)
+        return depth[node]
+
+    for n in sorted(preds):
+        visit(n, ())
+    layers: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for n in sorted(depth):
+        layers[depth[n]].append(n)
+    return layers
+
+
+def funnel_steps(funnel: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """[(step, tasks)] of a funnel.json (tasks.funnel): candidates (ingested + rejected at
+    ingest), ingested, validated, pool, then one step per split."""
+    repos = funnel.get("repos", {})
+    totals = funnel["totals"]
+    steps = [("candidates", sum(r["ingested"] + r["ingest_rejected"] for r in repos.values())),
+             ("ingested", totals["ingested"]), ("validated", totals["validated"]), ("pool", totals["pool"])]
+    steps += [(f"split: {name}", n) for name, n in sorted(totals.get("split", {}).items())]
+    return steps
+
+
+def funnel_rejections(funnel: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """[(stage: check or category, rejected tasks)] of a funnel.json, validation checks first."""
+    rows = [(f"validate: {c}", n) for c, n in sorted(funnel.get("validate_rejected_by_check", {}).items())]
+    rows += [(f"ingest: {c}", n) for c, n in sorted(funnel.get("ingest_rejected_by_category", {}).items())]
+    return rows
+
+
+def difficulty_rows(report: Mapping[str, Any]) -> list[dict]:
+    """[{c, tasks}] of a difficulty report's c_histogram (c = resolved episodes of k)."""
+    return [{"c": int(c), "tasks": int(n)} for c, n in sorted(report["c_histogram"].items(), key=lambda kv: int(kv[0]))]
+
+
+def merge_difficulty(reports: Sequence[Mapping[str, Any]]) -> dict:
+    """One difficulty report from several (the per-repository ones of the workflow): histograms
+    summed, kept/dropped joined, mean pass@1/pass@k weighted by tasks. Same k and band required."""
+    if not reports:
+        raise ValueError("no difficulty reports")
+    k, band = int(reports[0]["k"]), reports[0].get("band")
+    if any(int(r["k"]) != k or r.get("band") != band for r in reports):
+        raise ValueError("difficulty reports with different k or band cannot be merged")
+    hist: dict[str, int] = {}
+    for r in reports:
+        for c, n in r["c_histogram"].items():
+            hist[str(c)] = hist.get(str(c), 0) + int(n)
+    out: dict[str, Any] = {"k": k, "band": band,
+                           "c_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+                           "kept": sorted(t for r in reports for t in r.get("kept", [])),
+                           "dropped": sorted(t for r in reports for t in r.get("dropped", []))}
+    n = [len(r.get("tasks", {})) for r in reports]
+    for key in ("mean_pass@1", f"mean_pass@{k}"):
+        vals = [(r.get(key), w) for r, w in zip(reports, n) if r.get(key) is not None and w]
+        out[key] = sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else None
+    return out
+
+
+CRITIC_COLUMNS = ("epoch", "train_mse", "val_mse", "train_ev", "val_ev")
+
+
+def critic_rows(critic: Mapping[str, Any]) -> list[dict]:
+    """[{epoch, train_mse, val_mse, train_ev, val_ev}] of a critic metrics.json, by epoch."""
+    return [{k: e.get(k) for k in CRITIC_COLUMNS} for e in sorted(critic.get("epochs", []), key=lambda e: e["epoch"])]
+
+
+PPO_COLUMNS = ("step", "reward_mean", "success_rate", "kl", "ev", "clip_frac", "entropy", "value_loss",
+               "policy_loss", "episodes", "kept", "tokens")
+
+
+def ppo_rows(log_lines: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[str]]:
+    """(rows, gates) of a PPO train_log.jsonl: one row per step with PPO_COLUMNS and one
+    `drops_<gate>` column per gate seen in any step (0 where a step has none), by step."""
+    gates = sorted({g for line in log_lines for g in (line.get("drops") or {})})
+    rows = []
+    for line in sorted(log_lines, key=lambda x: x["step"]):
+        row = {k: line.get(k) for k in PPO_COLUMNS}
+        row.update({f"drops_{g}": int((line.get("drops") or {}).get(g, 0)) for g in gates})
+        rows.append(row)
+    return rows, gates
+
+
+def artifact_rows(manifests: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """[{stage, manifest, path, kind, bytes, sha256}] of every output named by the manifests,
+    sorted by path (a directory output has kind "dir" and its tree digest)."""
+    rows = []
+    for mpath, m in manifests.items():
+        for o in m.get("outputs", []):
+            rows.append({"stage": m.get("stage", "?"), "manifest": mpath, "path": o["path"],
+                         "kind": o.get("kind", "file"), "bytes": o.get("bytes"), "sha256": o["sha256"]})
+    return sorted(rows, key=lambda r: (r["path"], r["manifest"]))
+
+
+def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """{panel: [sentence]} from a tables metrics.json: each policy's success (k/n, %, CI) and
+    each comparison's verdict (the same sentence as tables.md, from stats.verdict)."""
+    out: dict[str, list[str]] = {}
+    for panel in sorted(metrics):
+        m = metrics[panel]
+        lines = []
+        for name, row in m.items():
+            if "_vs_" not in name:
+                lines.append(f"{name} resolved {row['resolved']}/{row['n']} "
+                             f"({100 * row['success_rate']:.1f}%, {row.get('confidence', 0.95):.0%} CI "
+                             f"{100 * row['ci_low']:.1f}-{100 * row['ci_high']:.1f}%)")
+        for name, c in m.items():
+            if "_vs_" in name:
+                other, base = name.split("_vs_", 1)
+                lines.append(verdict(other, base, c["wins"], c["ties"], c["losses"], c["mcnemar_p"],
+                                     c.get("alpha", 0.05)))
+        out[panel] = lines
+    return out
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """rows as CSV with the given columns (None -> empty)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+# -- plots (matplotlib Agg; figures in, PNG bytes out) --------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"svg.hashsalt": "forgeline", "font.size": 9})
+    return plt
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG, without the software/date metadata (same data -> same bytes)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def plot_dag(layers: Sequence[Sequence[str]], edges: Sequence[tuple[str, str]]):
+    """The rule graph drawn in layers (top: inputs, bottom: `all`), arrows between rules."""
+    plt = _plt()
+    width = max((len(layer) for layer in layers), default=1)
+    fig, ax = plt.subplots(figsize=(max(4, 1.7 * width), max(2, 0.9 * len(layers))))
+    pos = {}
+    for y, layer in enumerate(layers):
+        for x, name in enumerate(layer):
+            pos[name] = ((x + 0.5) * width / len(layer), -y)
+    for a, b in edges:
+        ax.annotate("", xy=pos[b], xytext=pos[a],
+                    arrowprops={"arrowstyle": "-|>", "color": "grey", "shrinkA": 11, "shrinkB": 11, "lw": 1})
+    for name, (x, y) in pos.items():
+        ax.text(x, y, name, ha="center", va="center", fontsize=8,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "#4477aa", "lw": 1.5})
+    ax.set_xlim(-0.2, width + 0.2)
+    ax.set_ylim(-len(layers) + 0.5, 0.5)
+    ax.axis("off")
+    return fig
+
+
+def plot_bars(rows: Sequence[tuple[str, int]], title: str, xlabel: str, color: str = "#4477aa"):
+    """Horizontal bars, first row on top, the value written at each bar's end."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 0.35 * len(rows) + 1))
+    labels, values = [r[0] for r in rows], [r[1] for r in rows]
+    ax.barh(range(len(rows)), values, color=color)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v}", va="center", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    return fig
+
+
+def plot_funnel(steps: Sequence[tuple[str, int]], rejections: Sequence[tuple[str, int]]):
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.35 * max(len(steps), len(rejections), 3) + 1.2))
+    for ax, rows, title, color in ((axes[0], steps, "tasks at each step", "#4477aa"),
+                                   (axes[1], rejections, "rejections per check", "#cc6677")):
+        ax.barh(range(len(rows)), [r[1] for r in rows], color=color)
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+        ax.invert_yaxis()
+        for i, (_, v) in enumerate(rows):
+            ax.text(v, i, f" {v}", va="center", fontsize=8)
+        ax.set_title(title)
+        ax.set_xlabel("tasks")
+    fig.tight_layout()
+    return fig
+
+
+def plot_difficulty(rows: Sequence[Mapping[str, int]], k: int, band: Sequence[float] | None):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    cs = [r["c"] for r in rows]
+    kept = [band is not None and band[0] <= r["c"] / k <= band[1] for r in rows] if k else [False] * len(rows)
+    ax.bar(cs, [r["tasks"] for r in rows], color=["#228833" if x else "#bbbbbb" for x in kept])
+    ax.set_xticks(cs)
+    ax.set_xlabel(f"c = resolved episodes of k = {k}")
+    ax.set_ylabel("tasks")
+    ax.set_title("difficulty: tasks by successes (green: kept, in the band)")
+    return fig
+
+
+def plot_critic(rows: Sequence[Mapping[str, Any]], chosen: int | None, baseline_mse: float | None):
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    ep = [r["epoch"] for r in rows]
+    for ax, metric, title in ((a, "mse", "value MSE"), (b, "ev", "explained variance")):
+        for split, style in (("train", "-o"), ("val", "-s")):
+            ys = [r[f"{split}_{metric}"] for r in rows]
+            if any(y is not None for y in ys):
+                ax.plot(ep, [float("nan") if y is None else y for y in ys], style, ms=3, label=split)
+        if chosen is not None:
+            ax.axvline(chosen, color="grey", ls="--", lw=1, label=f"chosen epoch {chosen}")
+        ax.set_xlabel("epoch")
+        ax.set_title(title)
+    if baseline_mse is not None:
+        a.axhline(baseline_mse, color="#cc6677", ls=":", lw=1, label="val baseline (mean return)")
+    b.axhline(0, color="black", lw=0.5)
+    a.legend(fontsize=7)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ppo(rows: Sequence[Mapping[str, Any]], gates: Sequence[str]):
+    plt = _plt()
+    fig, axes = plt.subplots(2, 3, figsize=(11, 5.5))
+    steps = [r["step"] for r in rows]
+    panels = (("reward_mean", "mean reward"), ("success_rate", "success rate"), ("kl", "KL to the reference"),
+              ("ev", "critic explained variance"), ("clip_frac", "clip fraction"))
+    for ax, (key, title) in zip(axes.flat, panels):
+        ax.plot(steps, [float("nan") if r.get(key) is None else r[key] for r in rows], "-", lw=1.2)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    ax = axes.flat[5]
+    for g in gates:
+        ax.plot(steps, [r[f"drops_{g}"] for r in rows], "-", lw=1.2, label=g)
+    ax.set_title("episodes dropped per gate")
+    ax.set_xlabel("step")
+    if gates:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_success(metrics: Mapping[str, Mapping[str, Any]]):
+    """Success rate with its interval, per panel and policy."""
+    plt = _plt()
+    rows = success_rows(metrics)
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1))
+    ys = range(len(rows))
+    rates = [100 * r["success_rate"] for r in rows]
+    err = [[100 * (r["success_rate"] - r["ci_low"]) for r in rows], [100 * (r["ci_high"] - r["success_rate"]) for r in rows]]
+    ax.errorbar(rates, ys, xerr=err, fmt="o", capsize=3, color="#4477aa")
+    ax.set_yticks(ys, [f"{r['panel']}: {r['policy']}" for r in rows])
+    ax.set_ylim(len(rows) - 0.4, -0.6)  # first row on top, with room around a single row
+    ax.set_xlim(-2, 102)
+    ax.set_xlabel("resolved (%), with the interval")
+    ax.set_title("success rate per panel and policy")
+    return fig
+
+
+def success_rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """[{panel, policy, n, resolved, success_rate, ci_low, ci_high}] of a tables metrics.json."""
+    return [{"panel": panel, "policy": name, **{k: row[k] for k in ("n", "resolved", "success_rate", "ci_low", "ci_high")}}
+            for panel in sorted(metrics) for name, row in metrics[panel].items() if "_vs_" not in name]
+
+
+def graphviz_svg(dot_text: str) -> str | None:
+    """The DOT text drawn by graphviz as SVG, or None when `dot` is not installed or fails."""
+    exe = shutil.which("dot")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=60, check=True)
+    except (subprocess.SubprocessError, OSError) as exc:
+        log.warning("dot failed (%s); drawing the DAG with matplotlib", exc)
+        return None
+    svg = done.stdout.decode()
+    return svg[svg.find("<svg"):]  # drop the XML prolog and doctype for inline use
+
+
+# -- HTML -----------------------------------------------------------------------------------
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.8em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left}
+th{background:#f3f3f3}code,.mono{font-family:ui-monospace,monospace;font-size:.85em}
+.result{background:#f5f9ff;border-left:4px solid #4477aa;padding:.6em 1em}.missing{color:#888}
+img,svg{max-width:100%;height:auto}nav a{margin-right:.8em}"""
+
+
+def esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], mono: Iterable[str] = ()) -> str:
+    mono = set(mono)
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(
+        f"<td class=mono>{esc(r.get(c))}</td>" if c in mono else f"<td>{esc(_fmt(r.get(c)))}</td>"
+        for c in columns) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(x: Any) -> Any:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return x
+
+
+def img_tag(png: bytes, alt: str) -> str:
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def page(title: str, sections: Sequence[tuple[str, str, str]], missing: Sequence[str]) -> str:
+    """The HTML page from (anchor, heading, body HTML) sections."""
+    nav = "".join(f'<a href="#{a}">{esc(h)}</a>' for a, h, _ in sections)
+    miss = (f'<p class=missing>Not part of this build: {esc(", ".join(missing))}.</p>' if missing else "")
+    body = "".join(f'<section id="{a}"><h2>{esc(h)}</h2>{b}</section>' for a, h, b in sections)
+    return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1><nav>{nav}</nav>{miss}{body}</body></html>\n")
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+CAPTIONS = {
+    "success": "Success rate (resolved tasks, %) of each policy on each panel, with its confidence interval "
+               "(Wilson score). Paired comparisons and their exact McNemar p-values are in the tables.",
+    "dag": "The workflow's rule graph (``snakemake --rulegraph``): each box is a rule, each arrow an input.",
+    "funnel": "The task funnel: candidates, ingested, validated, in the RL pool, per split; and the tasks "
+              "rejected by each check.",
+    "difficulty": "Difficulty filter: pool tasks by the number c of resolved episodes out of k; green bars "
+                  "are inside the kept band.",
+    "critic_curve": "Critic training: value MSE and explained variance per epoch on train and validation "
+                    "episodes; the dashed line is the chosen epoch, the dotted one the mean-return baseline.",
+    "ppo_curve": "PPO training per step: mean reward, success rate, KL to the reference policy, the critic's "
+                 "explained variance, the clip fraction and the episodes dropped by each gate.",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out-dir", required=True, help="the report folder (report.html, plots, CSVs, captions)")
+    parser.add_argument("--title", default="forgeline evidence report")
+    parser.add_argument("--dag", help="`snakemake --rulegraph` output (DOT text)")
+    parser.add_argument("--funnel", help="results/tasks/funnel.json")
+    parser.add_argument("--split", help="split.json of the split stage")
+    parser.add_argument("--images", nargs="*", default=[], help="image records results/images/<repo>.json")
+    parser.add_argument("--difficulty", nargs="*", default=[],
+                        help="difficulty report JSON(s), e.g. one per repository (merged)")
+    parser.add_argument("--critic", help="the critic's metrics.json")
+    parser.add_argument("--ppo-log", help="PPO train_log.jsonl")
+    parser.add_argument("--metrics", help="metrics.json of the tables stage")
+    parser.add_argument("--tables-md", help="tables.md of the tables stage (shown as is)")
+    parser.add_argument("--manifests", nargs="*", default=[], help="manifests whose outputs get a sha256 row")
+    parser.add_argument("--manifest", help="manifest path (default: OUT_DIR/manifest.json)")
+
+
+def _read_json(path: str) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
+    """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs."""
+    files: dict[str, bytes | str] = {}
+    sections: list[tuple[str, str, str]] = []
+    missing: list[str] = []
+
+    def figure(name: str, fig, rows: Sequence[Mapping[str, Any]] | None = None, columns: Sequence[str] = ()) -> str:
+        png = png_bytes(fig)
+        files[f"{name}.png"] = png
+        files[f"{name}.rst"] = CAPTIONS[name] + "\n"
+        if rows is not None:
+            files[f"{name}.csv"] = csv_text(rows, columns)
+        return img_tag(png, name)
+
+    # the result and the tables
+    metrics = _read_json(args.metrics) if args.metrics else None
+    if metrics is not None:
+        statements = result_statements(metrics)
+        body = "".join(f"<div class=result><b>Panel {esc(panel)}:</b><ul>"
+                       + "".join(f"<li>{esc(s)}.</li>" for s in lines) + "</ul></div>"
+                       for panel, lines in statements.items())
+        sections.append(("result", "Result", body or "<p>The tables hold no panel.</p>"))
+        tbody = ""
+        for panel in sorted(metrics):
+            pol = [{"policy": n, **r} for n, r in metrics[panel].items() if "_vs_" not in n]
+            cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})"}
+                    for n, c in metrics[panel].items() if "_vs_" in n]
+            tbody += (f"<h3>Panel {esc(panel)}</h3>"
+                      + html_table(pol, ("policy", "resolved", "n", "success_rate", "ci_low", "ci_high",
+                                         "mean_input_tokens", "input_tokens_ratio", "mean_steps", "steps_ratio",
+                                         "mean_wall_s", "wall_s_ratio"))
+                      + (html_table(cmp_, ("comparison", "wins", "ties", "losses", "mcnemar_p", "significant"))
+                         if cmp_ else ""))
+        tbody += figure("success", plot_success(metrics), success_rows(metrics),
+                        ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high"))
+        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs. Runtime (wall_s) "
+                  "is machine-dependent.</p>")
+        if args.tables_md:
+            tbody += (f"<details><summary>tables.md</summary><pre>{esc(Path(args.tables_md).read_text(encoding='utf-8'))}"
+                      f"</pre></details>")
+        sections.append(("tables", "Paired evaluation tables", tbody))
+    else:
+        sections.append(("result", "Result", "<p>No evaluation tables were given: there is no result to state.</p>"))
+        missing.append("evaluation tables")
+
+    # the DAG
+    if args.dag:
+        dot_text = Path(args.dag).read_text(encoding="utf-8")
+        names, edges = parse_rulegraph(dot_text)
+        svg = graphviz_svg(dot_text) if names else None
+        if not names:  # e.g. `snakemake --rulegraph` failed and left an empty file
+            picture = "<p>The rule graph file names no rules.</p>"
+        elif svg is not None:
+            files["dag.svg"] = svg
+            files["dag.rst"] = CAPTIONS["dag"] + "\n"
+            picture = svg
+        else:
+            picture = figure("dag", plot_dag(dag_layers(names, edges), edges))
+        edge_list = "".join(f"<li><code>{esc(a)}</code> &rarr; <code>{esc(b)}</code></li>" for a, b in edges)
+        drawn = f" (drawn by {'graphviz' if svg else 'matplotlib'})" if names else ""
+        sections.append(("dag", "Workflow DAG", f"{picture}<p>{len(names)} rules, {len(edges)} edges"
+                         f"{drawn}:</p><ul>{edge_list}</ul>"))
+    else:
+        missing.append("DAG")
+
+    # the task funnel
+    if args.funnel:
+        funnel = _read_json(args.funnel)
+        steps, rej = funnel_steps(funnel), funnel_rejections(funnel)
+        rows = [{"step": s, "tasks": n} for s, n in steps + rej]
+        per_repo = [{"repo": r, **{k: v for k, v in d.items() if k != "validate_rejected"},
+                     "validate_rejected": sum(d.get("validate_rejected", {}).values())}
+                    for r, d in sorted(funnel.get("repos", {}).items())]
+        sections.append(("funnel", "Task funnel",
+                         figure("funnel", plot_funnel(steps, rej), rows, ("step", "tasks"))
+                         + html_table(per_repo, ("repo", "role", "ingested", "ingest_rejected", "validated",
+                                                 "validate_rejected"))
+                         + (f"<p>Split digest named by the funnel: <code>{esc(funnel.get('split_digest'))}</code></p>")))
+    else:
+        missing.append("task funnel")
+
+    # the split digest
+    if args.split:
+        split = _read_json(args.split)
+        rows = [{"split": s, "tasks": split["counts"].get(s), "share": split.get("shares", {}).get(s),
+                 "fraction": split.get("fractions", {}).get(s), "repos": ", ".join(split.get("repos", {}).get(s, []))}
+                for s in sorted(split["counts"])]
+        sections.append(("split", "Frozen split", f"<p>Digest <code>{esc(split['digest'])}</code> "
+                         f"(scheme <code>{esc(split.get('digest_scheme'))}</code>, seed {esc(split.get('seed'))}; "
+                         f"defined by {esc(', '.join(split.get('defining_fields', [])))}).</p>"
+                         + html_table(rows, ("split", "tasks", "share", "fraction", "repos"))))
+    else:
+        missing.append("split")
+
+    # image digests
+    if args.images:
+        recs = sorted((_read_json(p) for p in args.images), key=lambda r: r.get("repo", ""))
+        sections.append(("images", "Task images", html_table(
+            recs, ("repo", "commit", "tag", "image_id", "base_image", "build_input_digest"),
+            mono=("commit", "image_id", "build_input_digest"))))
+    else:
+        missing.append("images")
+
+    # difficulty
+    if args.difficulty:
+        rep = merge_difficulty([_read_json(p) for p in args.difficulty])
+        k = int(rep["k"])
+        rows = difficulty_rows(rep)
+        band = rep.get("band")
+        sections.append(("difficulty", "Difficulty (pass@k)",
+                         figure("difficulty", plot_difficulty(rows, k, band), rows, ("c", "tasks"))
+                         + f"<p>{len(rep.get('kept', []))} task(s) kept, {len(rep.get('dropped', []))} dropped "
+                           f"(band {esc(band)}); mean pass@1 {_fmt(rep.get('mean_pass@1'))}, "
+                           f"mean pass@{k} {_fmt(rep.get(f'mean_pass@{k}'))}.</p>"))
+    else:
+        missing.append("difficulty")
+
+    # critic
+    if args.critic:
+        critic = _read_json(args.critic)
+        rows = critic_rows(critic)
+        summary = [{"split": s, **{k: critic.get(s, {}).get(k) for k in ("mse", "ev", "baseline_mse", "episodes", "tasks")}}
+                   for s in ("val", "test") if s in critic]
+        sections.append(("critic", "Critic",
+                         figure("critic_curve", plot_critic(rows, critic.get("chosen_epoch"),
+                                                            (critic.get("val") or {}).get("baseline_mse")),
+                                rows, CRITIC_COLUMNS)
+                         + f"<p>Chosen epoch: {esc(critic.get('chosen_epoch'))}.</p>"
+                         + html_table(summary, ("split", "mse", "ev", "baseline_mse", "episodes", "tasks"))))
+    else:
+        missing.append("critic metrics")
+
+    # PPO
+    if args.ppo_log:
+        rows, gates = ppo_rows(read_jsonl(args.ppo_log))
+        last = rows[-1] if rows else {}
+        sections.append(("ppo", "PPO",
+                         figure("ppo_curve", plot_ppo(rows, gates), rows,
+                                (*PPO_COLUMNS, *(f"drops_{g}" for g in gates)))
+                         + f"<p>{len(rows)} steps; last step: reward {_fmt(last.get('reward_mean'))}, "
+                           f"success rate {_fmt(last.get('success_rate'))}, KL {_fmt(last.get('kl'))}.</p>"))
+    else:
+        missing.append("PPO log")
+
+    # artifacts
+    if args.manifests:
+        rows = artifact_rows({p: _read_json(p) for p in sorted(args.manifests)})
+        sections.append(("artifacts", "Artifacts (sha256)",
+                         html_table(rows, ("path", "stage", "kind", "bytes", "sha256"), mono=("path", "sha256"))))
+    else:
+        missing.append("artifact manifests")
+    return page(args.title, sections, missing), files
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    inputs = [p for p in (args.dag, args.funnel, args.split, args.critic, args.ppo_log,
+                          args.metrics, args.tables_md) if p] + list(args.difficulty) + list(args.images) \
+        + list(args.manifests)
+    manifest = Manifest(stage=STAGE, inputs=inputs, code=stage_sources(__name__))
+    with manifest.timed("build"):
+        text, files = build(args)
+    out = Path(args.out_dir)
+    outputs = []
+    for name in sorted(files):
+        content = files[name]
+        if isinstance(content, bytes):
+            with atomic_path(out / name) as tmp:
+                tmp.write_bytes(content)
+        else:
+            write_text(out / name, content)
+        outputs.append(out / name)
+    write_text(out / "report.html", text)
+    outputs.append(out / "report.html")
+    manifest.notes = {"plots": sorted(n for n in files if n.endswith((".png", ".svg")))}
+    manifest.write(args.manifest or out / "manifest.json", outputs=outputs)
+    log.info("report: %s (%d plot files)", out / "report.html", len(manifest.notes["plots"]))

@@ -1,0 +1,99 @@
+"""Paired-evaluation statistics: the original experiment's known values, small p, intervals, ratios."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy.stats import binomtest
+
+from forgeline.evaluation import evaluation_config
+from forgeline.evaluation import stats as st
+
+
+def paired(wins: int, ties: int, losses: int, both: int = 0) -> tuple[dict, dict]:
+    """Per-pair booleans (base, other) with the given counts; `both` of the ties resolved by both."""
+    base, other, i = {}, {}, 0
+    for a, b, n in ((False, True, wins), (True, False, losses), (True, True, both), (False, False, ties - both)):
+        for _ in range(n):
+            base[("t", i)], other[("t", i)] = a, b
+            i += 1
+    return base, other
+
+
+@pytest.mark.parametrize("wins,ties,losses", [(3, 32, 3), (2, 23, 2)])
+def test_original_experiment_tables_give_p_one(wins, ties, losses):
+    base, other = paired(wins, ties, losses, both=1)
+    counts = st.paired_outcomes(base, other)
+    assert (counts["wins"], counts["ties"], counts["losses"]) == (wins, ties, losses)
+    assert counts["both"] == 1 and counts["neither"] == ties - 1
+    p = st.mcnemar_exact_p(counts["wins"], counts["losses"])
+    assert p == 1.0
+    sentence = st.verdict("ppo", "base", wins, ties, losses, p)
+    assert sentence == f"ppo vs base: no significant difference (p=1.00; {wins} wins, {ties} ties, {losses} losses)"
+
+
+def test_small_p_values_are_exact():
+    assert st.mcnemar_exact_p(10, 0) == pytest.approx(2 * 0.5 ** 10, rel=1e-12) == pytest.approx(0.001953125)
+    assert st.mcnemar_exact_p(0, 10) == st.mcnemar_exact_p(10, 0)  # two-sided: symmetric
+    # 7 / 1: P(X <= 1) + P(X >= 7) for X ~ Bin(8, 1/2) = 2 * (1 + 8) / 256
+    assert st.mcnemar_exact_p(7, 1) == pytest.approx(18 / 256)
+    # 12 / 2: 2 * (1 + 14 + 91) / 2**14
+    assert st.mcnemar_exact_p(12, 2) == pytest.approx(2 * (1 + 14 + 91) / 2 ** 14)
+    assert st.mcnemar_exact_p(0, 0) == 1.0 and st.mcnemar_exact_p(4, 4) == 1.0
+    for w, l in ((5, 1), (20, 9), (1, 30)):
+        assert st.mcnemar_exact_p(w, l) == pytest.approx(binomtest(w, w + l, 0.5).pvalue)
+    with pytest.raises(ValueError):
+        st.mcnemar_exact_p(-1, 2)
+    assert st.verdict("ppo", "base", 10, 5, 0, st.mcnemar_exact_p(10, 0)) == \
+        "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)"
+    assert st.verdict("ppo", "base", 0, 0, 12, st.mcnemar_exact_p(0, 12)) == \
+        "ppo vs base: ppo worse, p<0.001 (0 wins, 0 ties, 12 losses)"
+    assert st.verdict("a", "b", 1, 1, 0, 1.0) == "a vs b: no significant difference (p=1.00; 1 win, 1 tie, 0 losses)"
+    # alpha decides: p = 0.0703 is significant at 0.1, not at 0.05
+    assert "no significant" in st.verdict("a", "b", 7, 0, 1, 18 / 256)
+    assert "a better, p=0.07" in st.verdict("a", "b", 7, 0, 1, 18 / 256, alpha=0.1)
+
+
+def test_unpaired_results_are_refused():
+    with pytest.raises(ValueError, match="not paired"):
+        st.paired_outcomes({("a", 0): True, ("b", 0): False}, {("a", 0): True, ("c", 0): False})
+
+
+def test_wilson_interval_matches_scipy_and_is_sane():
+    for k, n in ((0, 10), (3, 38), (5, 9), (10, 10), (1, 1), (19, 40)):
+        lo, hi = st.wilson_interval(k, n)
+        ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+        assert lo == pytest.approx(ci.low, abs=1e-12) and hi == pytest.approx(ci.high, abs=1e-12)
+        assert 0.0 <= lo <= k / n <= hi <= 1.0
+    assert st.wilson_interval(0, 10)[0] == 0.0 and st.wilson_interval(10, 10)[1] == 1.0
+    assert st.wilson_interval(0, 0) == (0.0, 1.0)
+    # wider at a higher level, narrower with more data
+    assert st.wilson_interval(5, 20, 0.99)[0] < st.wilson_interval(5, 20, 0.95)[0]
+    w = lambda k, n: st.wilson_interval(k, n)[1] - st.wilson_interval(k, n)[0]  # noqa: E731
+    assert w(50, 200) < w(5, 20)
+    # the textbook value: 3/38 -> centre (p + z^2/2n) / (1 + z^2/n)
+    z = 1.959963984540054
+    p, n = 3 / 38, 38
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    lo, hi = st.wilson_interval(3, 38)
+    assert (lo + hi) / 2 == pytest.approx(centre)
+    for bad in ((5, 4), (-1, 4)):
+        with pytest.raises(ValueError):
+            st.wilson_interval(*bad)
+    s = st.success_summary([True, False, False, True])
+    assert s["n"] == 4 and s["resolved"] == 2 and s["success_rate"] == 0.5 and s["ci_low"] < 0.5 < s["ci_high"]
+
+
+def test_means_ratios_and_p_text():
+    assert st.mean([1, 2, 3, None]) == 2.0 and st.mean([]) is None
+    assert st.ratio(3.0, 2.0) == 1.5 and st.ratio(1.0, 0.0) is None and st.ratio(None, 2.0) is None
+    assert [st.format_p(p) for p in (1.0, 0.034, 0.0099, 0.00049)] == ["1.00", "0.03", "0.010", "<0.001"]
+    assert math.isclose(st.ratio(850.0, 1000.0), 0.85)
+
+
+def test_evaluation_config_checks():
+    c = evaluation_config({"k": 2, "seeds": [3, 4]})
+    assert c["k"] == 2 and c["base"] == "base" and c["alpha"] == 0.05
+    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"engine": "vllm"}, {"alpha": 1.5}, {"bogus": 1}):
+        with pytest.raises(ValueError):
+            evaluation_config(bad)

@@ -1,0 +1,246 @@
+"""PPO: the update math learns a synthetic reward; the stage runs end to end on the tiny random
+policy through the real agent and the process sandbox, writes a PEFT adapter that a FRESH
+process loads onto the base policy (and that changes its logits), resumes an interrupted run to
+the same adapter, and gives the same adapter under torchrun with 2 processes (gloo)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torch  # a dependency of forgeline: a missing one is a failure, not a skip
+
+from forgeline.config import Config  # noqa: E402
+from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
+from forgeline.policy.engine import HFEngine  # noqa: E402
+from forgeline.train import critic, ppo  # noqa: E402
+
+from test_critic import make_tasks  # noqa: E402
+from tiny_project import TINY_REPOS, write_repo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
+
+
+def make_lm(tok, seed=11):
+    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                                    intermediate=64, max_position_embeddings=2048,
+                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return tiny.init_tiny_qwen3(config, seed=seed)
+
+
+# -- the update math: a synthetic reward, no sandbox --------------------------------------------
+
+def test_ppo_updates_raise_a_synthetic_reward(tok):
+    """Reward 1 when the first generated token is in S, else 0; S = the tokens whose embedding
+    points along a fixed random direction u (about half the vocabulary), so the adapter CAN
+    prefer all of S at once by turning the last hidden state towards u. The output embeddings
+    are scaled up x10 (a random init's are so small that no hidden state separates S from the
+    rest by more than ~0.2 logits). A few PPO steps (fresh samples each, the real trainer: GAE
+    with a learned critic, clipped loss, KL to the base) must raise the mean reward well above
+    the base policy's ~0.5."""
+    torch.manual_seed(0)
+    lm = make_lm(tok)
+    with torch.no_grad():
+        lm.get_input_embeddings().weight.mul_(10.0)
+    u = torch.randn(lm.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    in_s = (lm.get_input_embeddings().weight @ u > 0).tolist()
+    actor = ppo.make_actor(lm, {"r": 8, "alpha": 16, "dropout": 0.0,
+                                "target_modules": list(tiny.LORA_TARGET_MODULES)}, seed=1)
+    value = critic.value_model(make_lm(tok, seed=12).model, init_value=0.5)
+    cfg = ppo.ppo_config({"actor_lr": 1e-2, "critic_lr": 1e-2, "minibatches": 2, "ppo_epochs": 2,
+                          "kl_coef": 0.001, "entropy_coef": 0.0})
+    trainer = ppo.PPOTrainer(actor, value, cfg, seed=3)
+    engine = HFEngine(actor, tok)
+    prompt = tok.encode("def add(a, b):", add_special_tokens=False)
+
+    def draw(n, seed):
+        actor.eval()
+        gens = engine.generate([prompt] * n, 2, 1.0, 1.0, seed=seed)
+        samples = []
+        for i, g in enumerate(gens):
+            rewards = [0.0] * (len(prompt) + len(g.token_ids))
+            rewards[-1] = float(in_s[g.token_ids[0]])
+            samples.append({"index": i, "key": f"s{i}", "tokens": prompt + g.token_ids,
+                            "action_mask": [0] * len(prompt) + [1] * len(g.token_ids), "rewards": rewards})
+        return samples, sum(float(in_s[g.token_ids[0]]) for g in gens) / n
+
+    _, before = draw(128, 999)
+    stats = []
+    for step in range(1, 7):
+        samples, _ = draw(32, step)
+        stats.append(trainer.update(samples, step))
+    _, after = draw(128, 999)
+    assert 0.25 < before < 0.75
+    assert after > before + 0.2, (before, after, stats)
+    assert stats[-1]["kl"] > 0 and all(0 <= s["clip_frac"] <= 1 for s in stats)
+
+
+def test_pure_parts():
+    pairs = ppo.step_pairs(["b", "a", "c"], 4, 9, 5, 2)
+    assert len(pairs) == 10 and len(set(pairs)) == 10
+    assert [iid for iid, _ in pairs[:6:2]] and pairs == ppo.step_pairs(["c", "a", "b"], 4, 9, 5, 2)
+    assert {iid for iid, _ in pairs[:6]} == {"a", "b", "c"}  # a whole shuffle before any repeat
+    assert pairs != ppo.step_pairs(["a", "b", "c"], 5, 9, 5, 2)
+    mbs = ppo.minibatches(7, 3, 1, 1, "actor", 0)
+    assert sorted(i for mb in mbs for i in mb) == list(range(7)) and [len(m) for m in mbs] == [3, 2, 2]
+    rec = {"instance_id": "x", "seed": 1, "outcome": "failed", "tokens": [1, 2], "action_mask": [0, 1],
+           "validity": {"outcome": True, "labels": False, "trajectory": True, "alignment": False}}
+    assert ppo.failed_gate(rec) == "labels"
+    assert ppo.drop_counts([ppo.episode_sample(rec, 0, {})]) == {"outcome": 0, "labels": 1, "trajectory": 0,
+                                                                 "alignment": 0}
+    with pytest.raises(ValueError, match="unknown key"):
+        ppo.ppo_config({"clip": 0.1})
+    with pytest.raises(ValueError, match="kl_mode"):
+        ppo.ppo_config({"kl_mode": "both"})
+
+
+# -- the stage -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("ppo")
+    for name in ("alpha", "beta", "gamma"):
+        write_repo(root / "repos", name, *TINY_REPOS[name])
+    (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in make_tasks()))
+    policy = root / "policy"
+    tok.save_pretrained(policy)
+    make_lm(tok).save_pretrained(policy)
+    (root / "critic").mkdir()
+    critic.save_value_model(critic.init_value_model(policy, init_value=-0.2), root / "critic")
+    data = {"seed": 3, "repos": {"root": str(root / "repos")},
+            "sandbox": {"backend": "process", "test_timeout_s": 60},
+            # text alignment: the random tiny policy's turns drift from the canonical ids
+            "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 2048,
+                      "rollout": {"concurrency": 2}},
+            "train": {"ppo": {"steps": 2, "tasks_per_step": 4, "checkpoint_every": 1, "keep_checkpoints": 0,
+                              "minibatches": 2, "actor_lr": 1e-2, "lora": {"dropout": 0.05}}}}
+    return {"root": root, "policy": policy, "critic": root / "critic", "tasks": root / "tasks.jsonl", "data": data}
+
+
+def _args(world, out: Path, **kw) -> argparse.Namespace:
+    base = dict(policy=str(world["policy"]), critic=str(world["critic"]), tasks=[str(world["tasks"])],
+                out=str(out), checkpoints=None, manifest=None, stop_after=0, base_url=None, served_model=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _env() -> dict[str, str]:
+    # the sandbox's python3 = this interpreter (it has pytest)
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+
+
+def _adapter(folder: Path) -> dict:
+    from safetensors.torch import load_file
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(world, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run_a") / "adapter"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PATH", _env()["PATH"])
+    try:
+        ppo.run(Config(data=world["data"]), _args(world, out))
+    finally:
+        mp.undo()
+    return out
+
+
+def test_stage_writes_a_loadable_adapter_log_and_summary(world, uninterrupted):
+    out = uninterrupted
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "train_log.jsonl", "checkpoint-summary.json",
+            "reward_success.png", "kl.png", "ev.png", "drops.png", "manifest.json"} <= names
+    conf = json.loads((out / "adapter_config.json").read_text())
+    assert conf["r"] == 8 and conf["lora_alpha"] == 16 and conf["peft_type"] == "LORA"
+    assert conf["target_modules"] == sorted(tiny.LORA_TARGET_MODULES)
+    rows = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    keys = {"step", "reward_mean", "success_rate", "kl", "clip_frac", "value_loss", "ev", "entropy",
+            "policy_loss", "drops", "episodes", "kept", "tokens", "wall_s", "time"}
+    assert [r["step"] for r in rows] == [1, 2] and all(set(r) == keys for r in rows)
+    assert all(set(r["drops"]) == set(ppo.GATES) and set(r["time"]) == {"generation", "sandbox", "critic", "actor"}
+               for r in rows)
+    assert all(r["episodes"] == 4 and r["kept"] + sum(r["drops"].values()) == 4 for r in rows)
+    assert rows[0]["kept"] > 0 and rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1 IS the base policy
+    summary = json.loads((out / "checkpoint-summary.json").read_text())
+    assert summary["step"] == 2 and summary["tensors"] == 2 * 7 * 2  # A and B of 7 modules x 2 layers
+    from forgeline.provenance import sha256_file
+    assert summary["files"]["adapter_model.safetensors"]["sha256"] == sha256_file(out / "adapter_model.safetensors")
+    # a FRESH process: PeftModel.from_pretrained on the base policy; the adapter changes the logits
+    code = (
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from peft import PeftModel\n"
+        "base = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "ids = torch.tensor([[5, 17, 42, 99, 7, 3]])\n"
+        "with torch.no_grad():\n"
+        "    ref = base(ids).logits\n"
+        "    model = PeftModel.from_pretrained(base, sys.argv[2])\n"
+        "    new = model(ids).logits\n"
+        "print('DIFF', float((new - ref).abs().max()))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(world["policy"]), str(out)], capture_output=True,
+                          text=True, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diff = float(proc.stdout.split("DIFF")[1])
+    assert diff > 1e-4
+
+
+def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_path):
+    out = tmp_path / "adapter"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PATH", _env()["PATH"])
+    try:
+        ppo.run(Config(data=world["data"]), _args(world, out, stop_after=1))
+        assert not out.exists() and ppo.latest_checkpoint(tmp_path / "adapter-checkpoints").name == "step-000001"
+        ppo.run(Config(data=world["data"]), _args(world, out))
+    finally:
+        mp.undo()
+    a, b = _adapter(uninterrupted), _adapter(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_s", "time")} for r in rows]  # noqa: E731
+    read = lambda d: [json.loads(x) for x in (d / "train_log.jsonl").read_text().splitlines()]  # noqa: E731
+    assert strip(read(out)) == strip(read(uninterrupted))
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["notes"]["resumed_from"] == 1
+    # a checkpoint of another config is refused
+    other = {**world["data"], "train": {"ppo": {**world["data"]["train"]["ppo"], "clip_ratio": 0.3}}}
+    with pytest.raises(SystemExit, match="another config"):
+        ppo.run(Config(data=other), _args(world, tmp_path / "adapter"))
+
+
+def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):
+    out = tmp_path / "adapter"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"cfg": world["data"], "args": vars(_args(world, out))}))
+    runner = tmp_path / "runner.py"
+    runner.write_text("import argparse, json, sys, torch\n"
+                      "torch.set_num_threads(1)\n"
+                      "from forgeline.config import Config\n"
+                      "from forgeline.train import ppo\n"
+                      "spec = json.load(open(sys.argv[1]))\n"
+                      "ppo.run(Config(data=spec['cfg']), argparse.Namespace(**spec['args']))\n")
+    proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", str(runner), str(spec)],
+                          capture_output=True, text=True, env=_env(), timeout=400)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["notes"]["world_size"] == 2
+    a, b = _adapter(uninterrupted), _adapter(out)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+    rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    ref = [json.loads(x) for x in (uninterrupted / "train_log.jsonl").read_text().splitlines()]
+    for r, s in zip(rows, ref):
+        assert (r["episodes"], r["kept"], r["drops"], r["tokens"]) == (s["episodes"], s["kept"], s["drops"], s["tokens"])
+        assert r["reward_mean"] == pytest.approx(s["reward_mean"]) and r["value_loss"] == pytest.approx(s["value_loss"], rel=1e-4)

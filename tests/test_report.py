@@ -1,0 +1,184 @@
+"""Stage `report`: the evidence page from small inputs in the real formats (made with the stages'
+own pure functions where they exist: funnel, split summary, difficulty report, paired tables)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from forgeline.agent import difficulty as df
+from forgeline.config import Config
+from forgeline.evaluation import report as rp, tables as tb
+from forgeline.provenance import Manifest, write_json
+from forgeline.tasks import funnel as fn, split as sp
+
+RULEGRAPH = """digraph snakemake_dag {
+    graph[bgcolor=white, margin=0];
+    node[shape=box, style=rounded, fontname=sans,                 fontsize=10, penwidth=2];
+    edge[penwidth=2, color=grey];
+	0[label = "all", color = "0.00 0.6 0.85", style="rounded"];
+	1[label = "funnel", color = "0.07 0.6 0.85", style="rounded"];
+	2[label = "ingest", color = "0.37 0.6 0.85", style="rounded"];
+	3[label = "generate", color = "0.15 0.6 0.85", style="rounded"];
+	4[label = "tables", color = "0.30 0.6 0.85", style="rounded"];
+	1 -> 0
+	4 -> 0
+	2 -> 1
+	3 -> 2
+}
+"""
+
+
+def test_rulegraph_parsing_and_layers():
+    names, edges = rp.parse_rulegraph(RULEGRAPH)
+    assert names == ["all", "funnel", "generate", "ingest", "tables"]
+    assert edges == [("funnel", "all"), ("generate", "ingest"), ("ingest", "funnel"), ("tables", "all")]
+    assert rp.dag_layers(names, edges) == [["generate", "tables"], ["ingest"], ["funnel"], ["all"]]
+    with pytest.raises(ValueError, match="cycle"):
+        rp.dag_layers(["a", "b"], [("a", "b"), ("b", "a")])
+
+
+def test_ppo_rows_fill_missing_gates():
+    rows, gates = rp.ppo_rows([{"step": 2, "kl": 0.1, "drops": {"alignment": 1}},
+                               {"step": 1, "kl": 0.0, "drops": {"outcome": 2}}])
+    assert gates == ["alignment", "outcome"]
+    assert [(r["step"], r["drops_alignment"], r["drops_outcome"]) for r in rows] == [(1, 0, 2), (2, 1, 0)]
+
+
+def _inputs(tmp: Path) -> dict[str, object]:
+    """Every input of the report in its real format; returns the argument values."""
+    ingest = {r: {"repo": r, "accepted": 10, "rejected": 1, "rejected_by_category": {"schema": 1}}
+              for r in ("alpha", "beta", "gamma")}
+    validate = {r: {"repo": r, "validated": 8, "rejected": {"nop": 1, "flaky": 1}} for r in ("alpha", "beta", "gamma")}
+    insts = {name: [{"instance_id": f"{repo}.{i}", "repo": repo, "base_commit": "c" * 40, "patch": "p",
+                     "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "problem_statement": "s", "image_name": "x"}
+                    for i in range(8)] for name, repo in (("train", "alpha"), ("test", "beta"))}
+    split = sp.split_summary(insts, {"train": 0.5, "test": 0.5}, seed=7)
+    write_json(tmp / "split.json", split)
+    funnel = fn.funnel(ingest, validate, split, ["alpha", "beta"])
+    write_json(tmp / "funnel.json", funnel)
+    (tmp / "dag.dot").write_text(RULEGRAPH)
+    write_json(tmp / "alpha.image.json", {"repo": "alpha", "commit": "a" * 40, "tag": "forgeline/alpha:aaaaaaaa",
+                                          "image_id": "sha256:" + "1" * 64, "base_image": "forgeline/base:bookworm-b01d98a1",
+                                          "build_input_digest": "2" * 64})
+
+    def ep(iid, outcome):
+        return {"instance_id": iid, "repo": iid.split(".")[0], "outcome": outcome,
+                "exit_status": "submitted" if outcome in ("resolved", "failed") else "step_limit",
+                "stats": {"steps": 2}, "timing": {"wall_s": 1.0, "generate_s": 0.5},
+                "turns": [{"labels": {"well_formed_call": True, "command_ran": True, "no_error": None,
+                                      "tests_improved": None}}] * 2}
+    eps = [ep("alpha.1", "resolved"), ep("alpha.1", "failed"), ep("alpha.2", "failed"), ep("alpha.2", "failed"),
+           ep("beta.1", "resolved"), ep("beta.1", "resolved")]
+    write_json(tmp / "difficulty.json", df.report(eps, 2, [0.25, 0.75]))
+    write_json(tmp / "critic.json", {
+        "epochs": [{"epoch": e, "train_mse": 0.5 / (e + 1), "train_ev": 0.1 * e, "val_mse": 0.6 / (e + 1) + 0.05,
+                    "val_ev": 0.08 * e} for e in range(4)],
+        "chosen_epoch": 2, "val": {"mse": 0.25, "ev": 0.16, "baseline_mse": 0.4},
+        "test": {"mse": 0.3, "ev": 0.1, "baseline_mse": 0.42, "episodes": 24, "tasks": 6},
+        "data": {"train_episodes": 100}})
+    # step 0 kept no episode: the PPO log then has null statistics (ppo.py writes None)
+    (tmp / "train_log.jsonl").write_text("".join(json.dumps({
+        "step": s, "reward_mean": -0.2 + 0.05 * s if s else None, "success_rate": 0.1 * s,
+        "kl": 0.01 * s if s else None, "clip_frac": 0.02 if s else None, "value_loss": 0.3 if s else None,
+        "ev": 0.05 * s if s else None, "entropy": 1.2 if s else None, "policy_loss": -0.01 if s else None,
+        "drops": {"alignment": s % 2, "outcome": 1} if s else {"alignment": 16, "outcome": 0},
+        "episodes": 16, "kept": 15 if s else 0, "tokens": 4000 if s else 0,
+        "wall_s": 12.5, "time": {"generation": 8.0, "sandbox": 2.0, "critic": 1.0, "actor": 1.5}}) + "\n"
+        for s in range(5)))
+    # tables: the original experiment's 3 / 32 / 3 on the test panel
+    base = [0] * 3 + [1] * 3 + [1] * 5 + [0] * 27
+    ppo = [1] * 3 + [0] * 3 + [1] * 5 + [0] * 27
+
+    def rows(policy, outcomes):
+        return [{"policy": policy, "panel": "test", "instance_id": f"t{i:03d}", "seed": 7, "resolved": bool(r),
+                 "steps": 3, "input_tokens": 900, "output_tokens": 10, "wall_s": 2.0} for i, r in enumerate(outcomes)]
+    grouped, sources = tb.group_results({"base.jsonl": rows("base", base), "ppo.jsonl": rows("ppo", ppo)})
+    tables = tb.paired_tables(grouped, "base", sources)
+    write_json(tmp / "metrics.json", tb.metrics(tables))
+    (tmp / "tables.md").write_text(tb.markdown(tables))
+    m = Manifest(stage="split")
+    m.write(tmp / "split.manifest.json", outputs=[tmp / "split.json"])
+    Manifest(stage="funnel").write(tmp / "funnel.manifest.json", outputs=[tmp / "funnel.json"])
+    return {"dag": str(tmp / "dag.dot"), "funnel": str(tmp / "funnel.json"), "split": str(tmp / "split.json"),
+            "images": [str(tmp / "alpha.image.json")], "difficulty": [str(tmp / "difficulty.json")],
+            "critic": str(tmp / "critic.json"), "ppo_log": str(tmp / "train_log.jsonl"),
+            "metrics": str(tmp / "metrics.json"), "tables_md": str(tmp / "tables.md"),
+            "manifests": [str(tmp / "split.manifest.json"), str(tmp / "funnel.manifest.json")]}
+
+
+def _args(out: Path, **given) -> argparse.Namespace:
+    base = {"out_dir": str(out), "title": "forgeline evidence report", "dag": None, "funnel": None, "split": None,
+            "images": [], "difficulty": [], "critic": None, "ppo_log": None, "metrics": None, "tables_md": None,
+            "manifests": [], "manifest": None}
+    return argparse.Namespace(**{**base, **given})
+
+
+def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
+    inputs = _inputs(tmp_path / "in")
+    out = tmp_path / "report"
+    rp.run(Config(data={}), _args(out, **inputs))
+    page = (out / "report.html").read_text()
+    for anchor in ("result", "tables", "dag", "funnel", "split", "images", "difficulty", "critic", "ppo", "artifacts"):
+        assert f'<section id="{anchor}">' in page
+    assert "Not part of this build" not in page
+    # the result stated plainly, as the tables say it
+    assert "ppo vs base: no significant difference (p=1.00; 3 wins, 32 ties, 3 losses)." in page
+    assert "base resolved 8/38 (21.1%, 95% CI" in page
+    # the digests and hashes of the inputs are on the page
+    split = json.loads(Path(inputs["split"]).read_text())
+    assert split["digest"] in page and "2" * 64 in page
+    funnel_out = json.loads(Path(inputs["manifests"][1]).read_text())["outputs"][0]
+    assert funnel_out["sha256"] in page
+    # the DAG: drawn (graphviz if installed, else matplotlib) and its edges listed
+    assert "<code>ingest</code> &rarr; <code>funnel</code>" in page
+    assert (out / "dag.svg").exists() or (out / "dag.png").read_bytes().startswith(b"\x89PNG")
+    # plots as files, CSVs for dvc plots, captions for snakemake --report
+    for name in ("success", "funnel", "difficulty", "critic_curve", "ppo_curve"):
+        assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+        assert (out / f"{name}.rst").read_text().strip()
+        assert len((out / f"{name}.csv").read_text().splitlines()) >= 2
+    ppo_csv = (out / "ppo_curve.csv").read_text().splitlines()
+    assert ppo_csv[0].endswith("drops_alignment,drops_outcome") and len(ppo_csv) == 6
+    assert ppo_csv[1].startswith("0,,0.0,,") and ppo_csv[1].endswith(",16,0")  # nulls stay empty
+    assert (out / "critic_curve.csv").read_text().splitlines()[0] == "epoch,train_mse,val_mse,train_ev,val_ev"
+    assert (out / "difficulty.csv").read_text() == "c,tasks\n0,1\n1,1\n2,1\n"
+    funnel_csv = (out / "funnel.csv").read_text()
+    assert "candidates,33" in funnel_csv and "pool,16" in funnel_csv and "validate: nop,3" in funnel_csv
+    # self-contained: every picture inline, nothing fetched from elsewhere
+    assert page.count('src="data:image/png;base64,') >= 5
+    assert "http://" not in page.replace('xmlns="http://', "") and "https://" not in page
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["stage"] == "evaluation.report" and any(o["path"].endswith("report.html") for o in man["outputs"])
+    # the same inputs give the same page, byte for byte (no timestamps, no PNG metadata)
+    again = tmp_path / "again"
+    rp.run(Config(data={}), _args(again, **inputs))
+    assert (again / "report.html").read_bytes() == (out / "report.html").read_bytes()
+
+
+def test_report_with_few_inputs_says_what_is_missing(tmp_path):
+    inputs = _inputs(tmp_path / "in")
+    out = tmp_path / "partial"
+    rp.run(Config(data={}), _args(out, metrics=inputs["metrics"], split=inputs["split"]))
+    page = (out / "report.html").read_text()
+    assert "Not part of this build: DAG, task funnel, images, difficulty, critic metrics, PPO log, artifact manifests." in page
+    assert "no significant difference (p=1.00" in page
+    assert not (out / "ppo_curve.png").exists() and (out / "success.png").exists()
+    empty = tmp_path / "empty"
+    (tmp_path / "empty.dot").write_text("")  # what a failed `snakemake --rulegraph >` leaves
+    rp.run(Config(data={}), _args(empty, dag=str(tmp_path / "empty.dot")))
+    page = (empty / "report.html").read_text()
+    assert "No evaluation tables were given: there is no result to state." in page
+    assert "The rule graph file names no rules." in page and not (empty / "dag.png").exists()
+
+
+def test_result_statements_say_better_when_significant():
+    metrics = {"wide": {"base": {"n": 15, "resolved": 5, "success_rate": 1 / 3, "ci_low": 0.15, "ci_high": 0.58},
+                        "ppo": {"n": 15, "resolved": 15, "success_rate": 1.0, "ci_low": 0.8, "ci_high": 1.0},
+                        "ppo_vs_base": {"wins": 10, "ties": 5, "losses": 0, "mcnemar_p": 0.001953125,
+                                        "alpha": 0.05, "significant": True}}}
+    lines = rp.result_statements(metrics)["wide"]
+    assert lines[-1] == "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)"
+    assert lines[0].startswith("base resolved 5/15 (33.3%")

@@ -87,7 +87,8 @@ rule rulegraph:
         mem_mb=1000,
         runtime=5,
     shell:
-        "snakemake --rulegraph --nolock --quiet all {CONFIGFILES} > {output} 2> {log}"
+        "mkdir -p results/report logs && snakemake --rulegraph --nolock --quiet all {CONFIGFILES}"
+        " > {output}.tmp 2> {log} && mv {output}.tmp {output}"
 
 
 rule report:

@@ -71,8 +71,8 @@ def test_param_change_reruns_that_stage_only(built):
         # the DAG picture reads params.yaml, so it (and the report) is redrawn on every edit
         assert rules_of(jobs) == downstream(built, "split") | downstream(built, "rulegraph")
         # the base policy on the held-out panel does not depend on the split
-        assert "evaluate[panel=heldout,policy=base]" not in jobs
-        assert "evaluate[panel=heldout,policy=ppo]" in jobs
+        assert "evaluate[panel=heldout, policy=base]" not in jobs
+        assert "evaluate[panel=heldout, policy=ppo]" in jobs
     finally:
         params.write_text(original)
 
@@ -84,7 +84,7 @@ def test_stage_code_change_reruns_that_stage_and_descendants(built):
         split_src.write_text(original + "\n# a change in the split's code\n")
         jobs = planned_jobs(built)
         assert rules_of(jobs) == downstream(built, "split")
-        assert "evaluate[panel=heldout,policy=base]" not in jobs
+        assert "evaluate[panel=heldout, policy=base]" not in jobs
     finally:
         split_src.write_text(original)
     validate_src = built / "src/forgeline/tasks/validate.py"
@@ -109,7 +109,7 @@ def test_one_repo_change_reruns_only_its_chain(built, tmp_path):
     per_repo = {j for j in jobs if "[repo=" in j}
     assert per_repo == {f"{rule}[repo=beta]" for rule in ("generate", "ingest", "validate", "difficulty")}
     assert rules_of(jobs - per_repo) == downstream(project, "split")
-    assert "evaluate[panel=heldout,policy=base]" not in jobs
+    assert "evaluate[panel=heldout, policy=base]" not in jobs
     tp.run(project, "snakemake", "--cores", "2")
     assert planned_jobs(project) == set()
     # only beta's chain changed: alpha's and gamma's validated tasks are byte-identical
@@ -143,7 +143,7 @@ def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
     tp.run(project, "git", "init", "-q")
     tp.run(project, "dvc", "init", "-q")
     tp.run(project, "dvc", "repro")
-    assert tp.artifact_digests(project) == tp.artifact_digests(built)
+    assert tp.reproducible_digests(project) == tp.reproducible_digests(built)
     # a second repro does nothing, and status is clean
     again = tp.run(project, "dvc", "repro").stdout
     assert "didn't change, skipping" in again or "up to date" in again

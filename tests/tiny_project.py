@@ -114,6 +114,42 @@ def artifact_digests(project: Path) -> dict[str, str]:
             and p.name not in (".gitignore", ".snakemake_timestamp")}
 
 
+# Fields that hold wall-clock time (episode timings, PPO step times, evaluation runtimes), and
+# artifacts made from them: two honest runs differ there and nowhere else.
+WALL_CLOCK_KEYS = {"timing", "time", "wall_s", "mean_wall_s", "wall_s_ratio"}
+WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables.csv",
+                    "results/report/report.html", "results/adapter/checkpoint-summary.json")
+
+
+def _without_wall_clock(value):
+    if isinstance(value, dict):
+        return {k: _without_wall_clock(v) for k, v in value.items() if k not in WALL_CLOCK_KEYS}
+    if isinstance(value, list):
+        return [_without_wall_clock(v) for v in value]
+    return value
+
+
+def reproducible_digests(project: Path) -> dict[str, str]:
+    """`artifact_digests` with wall-clock time taken out: JSON/JSONL artifacts are hashed
+    without WALL_CLOCK_KEYS, WALL_CLOCK_FILES and PPO checkpoints (which hold the log) are not
+    compared. What two runs of the same inputs must agree on, byte for byte."""
+    import hashlib
+    import json
+
+    out = {}
+    for name, digest in artifact_digests(project).items():
+        if name in WALL_CLOCK_FILES or name.startswith("results/ppo-checkpoints/"):
+            continue
+        path = project / name
+        if name.endswith((".json", ".jsonl")) and "results/harbor/" not in name:
+            lines = path.read_text().splitlines() if name.endswith(".jsonl") else [path.read_text()]
+            text = "\n".join(json.dumps(_without_wall_clock(json.loads(l)), sort_keys=True)
+                             for l in lines if l.strip())
+            digest = hashlib.sha256(text.encode()).hexdigest()
+        out[name] = digest
+    return out
+
+
 _JOB = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
 _WILDCARDS = re.compile(r"^\s+wildcards: (?P<wc>.+)$")
 

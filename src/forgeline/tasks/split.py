@@ -351,6 +351,12 @@ def run(cfg, args: argparse.Namespace) -> None:
                         code=stage_sources(__name__))
     with manifest.timed("read"):
         instances = load_instances(args.tasks)
+    if not instances:
+        # an empty pool is a finding about the base policy (or the tasks), not a split to make
+        raise SystemExit(f"split: no tasks in {', '.join(args.tasks)}. If these are the difficulty "
+                         f"filter's pools, the base policy solved every or none of its episodes on "
+                         f"each task: see the .difficulty.json reports beside them; fix the policy "
+                         f"(train.sft) or the tasks, not tasks.difficulty.band")
     with manifest.timed("split"), gc_paused():
         split = repo_disjoint_split(instances, fractions, seed)
         summary = split_summary(split, fractions, seed)

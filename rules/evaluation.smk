@@ -18,6 +18,8 @@ MANIFEST_FILES = [
     *expand("results/eval/{panel}/{policy}.manifest.json", panel=PANELS, policy=POLICIES),
     "results/eval/tables/manifest.json",
 ]
+# the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
+REPORT_PLOTS = ["success", "dag", "funnel", "difficulty", "critic_curve", "ppo_curve"]
 MANIFEST_DIRS = ["results/policy/init", BASE_POLICY, "results/critic", "results/adapter"]
 
 
@@ -109,10 +111,10 @@ rule report:
     output:
         html=report("results/report/report.html", caption="../docs/report-caption.rst",
                     category="evidence"),
-        plot_success="results/report/success.csv",
-        plot_difficulty="results/report/difficulty.csv",
-        plot_critic="results/report/critic_curve.csv",
-        plot_ppo="results/report/ppo_curve.csv",
+        figures=report(expand("results/report/{plot}.png", plot=REPORT_PLOTS),
+                       caption="../docs/report-caption.rst", category="plots"),
+        captions=expand("results/report/{plot}.rst", plot=REPORT_PLOTS),
+        plot_tables=expand("results/report/{plot}.csv", plot=[p for p in REPORT_PLOTS if p != "dag"]),
         manifest="results/report/manifest.json",
     log:
         "logs/report.log",

@@ -1,5 +1,6 @@
 # Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic;
-# PPO then trains a LoRA adapter of the actor on the train split with that critic.
+# PPO then trains a LoRA adapter of the actor on the train split with that critic. PPO's
+# checkpoints (resume state, not an artifact) live in .forgeline/, outside DVC's results/.
 
 
 rule offline_rollouts:
@@ -66,5 +67,5 @@ rule ppo:
         gpus=0,
     shell:
         "forgeline ppo {CONFIG} --policy {input.policy} --critic {input.critic}"
-        " --tasks {input.tasks} --out {output.adapter} --checkpoints results/ppo-checkpoints"
+        " --tasks {input.tasks} --out {output.adapter} --checkpoints .forgeline/ppo-checkpoints"
         " --log {log}"

@@ -202,7 +202,8 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     mp.setenv("PATH", _env()["PATH"])
     try:
         ppo.run(Config(data=world["data"]), _args(world, out, stop_after=1))
-        assert not out.exists() and ppo.latest_checkpoint(tmp_path / "adapter-checkpoints").name == "step-000001"
+        [run_dir] = (tmp_path / "adapter-checkpoints").iterdir()  # one folder per fingerprint
+        assert not out.exists() and ppo.latest_checkpoint(run_dir).name == "step-000001"
         ppo.run(Config(data=world["data"]), _args(world, out))
     finally:
         mp.undo()

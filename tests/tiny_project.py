@@ -131,14 +131,13 @@ def _without_wall_clock(value):
 
 def reproducible_digests(project: Path) -> dict[str, str]:
     """`artifact_digests` with wall-clock time taken out: JSON/JSONL artifacts are hashed
-    without WALL_CLOCK_KEYS, WALL_CLOCK_FILES and PPO checkpoints (which hold the log) are not
-    compared. What two runs of the same inputs must agree on, byte for byte."""
+    without WALL_CLOCK_KEYS, WALL_CLOCK_FILES are not compared. What two runs of the same inputs must agree on, byte for byte."""
     import hashlib
     import json
 
     out = {}
     for name, digest in artifact_digests(project).items():
-        if name in WALL_CLOCK_FILES or name.startswith("results/ppo-checkpoints/"):
+        if name in WALL_CLOCK_FILES:
             continue
         path = project / name
         if name.endswith((".json", ".jsonl")) and "results/harbor/" not in name:

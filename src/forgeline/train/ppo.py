@@ -30,8 +30,8 @@ processes is the minibatch loss, and all-reduced (summed) gradients are the sing
 
 Outputs (`--out`, e.g. results/adapter/): the PEFT adapter (`adapter_config.json`,
 `adapter_model.safetensors`), `train_log.jsonl`, `checkpoint-summary.json`, plots, then the
-manifest. Checkpoints (`--checkpoints`, default OUT-checkpoints/step-NNNNNN/state.pt); a rerun
-resumes from the latest one.
+manifest. Checkpoints (`--checkpoints`, default OUT-checkpoints; in it
+<fingerprint>/step-NNNNNN/state.pt): a rerun resumes from the latest one of its fingerprint.
 """
 from __future__ import annotations
 
@@ -721,6 +721,8 @@ def _run(cfg, args: argparse.Namespace) -> None:
     task_ids = sorted(tasks)
     inputs = {"policy": folder_digest(args.policy), "critic": folder_digest(args.critic)}
     fingerprint = run_fingerprint(c, a, task_ids, inputs)
+    # one folder per (config, pool, inputs): an interrupted run resumes, a changed one starts afresh
+    ckpt_root = ckpt_root / fingerprint[:16]
     manifest = Manifest(stage=STAGE, params={"train.ppo": c, "agent": a}, seeds={"ppo": seed},
                         inputs=[args.policy, args.critic, *args.tasks], code=stage_sources(__name__))
 

@@ -49,7 +49,8 @@ def snakemake_jobs(snakefile: Path, config_files: list[str]) -> list[dict[str, A
                 "cmd": re.sub(r"\s+", " ", job.shellcmd).strip(),
                 "deps": sorted({str(f) for f in job.input}),
                 "outs": sorted(str(f) for f in job.output),
-                "named_outs": {name: str(f) for name, f in job.output.items()},
+                "named_outs": {name: sorted(map(str, f)) if isinstance(f, list) else [str(f)]
+                               for name, f in job.output.items()},
                 "params": params.get("conf", {}),
             })
     return sorted(jobs, key=lambda j: (j["rule"], sorted(j["wildcards"].items())))
@@ -93,8 +94,8 @@ def render(jobs: list[dict], config_files: list[str]) -> str:
             stage["params"] = params
         # outputs named `metrics` are DVC metrics (`dvc metrics show/diff`), `plot_*` plots
         named = job.get("named_outs", {})
-        metrics = sorted(f for n, f in named.items() if n == "metrics")
-        plots = sorted(f for n, f in named.items() if n.startswith("plot_"))
+        metrics = sorted(f for n, files in named.items() if n == "metrics" for f in files)
+        plots = sorted(f for n, files in named.items() if n.startswith("plot_") for f in files)
         stage["outs"] = [f for f in job["outs"] if f not in metrics and f not in plots]
         if metrics:
             stage["metrics"] = metrics

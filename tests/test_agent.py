@@ -153,6 +153,28 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
     assert old == "    out = list(xs)" and oracle._enclosing_function(buggy, 3) == ("f", 1, 3)
 
 
+def test_line_scoped_fix_names_only_the_changed_tokens():
+    clean = "def f(a, b):\n    if a <= b and b < 9:\n        return a - b\n    return b\n"
+    # `<` occurs twice in the buggy line: the span grows until `old` is unique there
+    buggy = clean.replace("    if a <= b and b < 9:\n", "    if a < b and b < 9:\n")
+    hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
+    line, old, new = oracle.line_fix(hunk)
+    assert line == 2 and buggy.splitlines()[1].count(old) == 1 and len(old) < 8
+    assert ep_mod.apply_edit(buggy, old, new, line) == clean
+    buggy = clean.replace("a - b", "a + b")
+    hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
+    assert oracle.line_fix(hunk) == (3, "+", "-")
+    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "line": 3, "old": "+", "new": "-"}
+    # a removed statement has no '+' line: the file-level form is kept
+    removed = clean.replace("        return a - b\n", "")
+    hunk = oracle.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]
+    assert oracle.line_fix(hunk) is None and "line" not in oracle.fix_arguments("p/m.py", hunk, removed)
+    # the pure twin of the sandbox script refuses what the script refuses
+    assert ep_mod.apply_edit(clean, "b", "c", 2) is None          # twice in line 2
+    assert ep_mod.apply_edit(clean, "a", "c", 9) is None          # no line 9
+    assert ep_mod.apply_edit(clean, "<=", "<", 3) is None         # not in line 3
+
+
 # -- episodes -----------------------------------------------------------------------------
 
 def test_random_tiny_policy_episode_records_aligned_tokens_and_true_logprobs(world, tok, lm, sandbox):

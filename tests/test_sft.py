@@ -125,6 +125,18 @@ def test_masked_loss_ignores_non_action_tokens():
     assert not torch.equal(sft.masked_lm_loss(other, ids, mask)[0], loss)
 
 
+def test_action_loss_equals_the_masked_loss_of_the_full_logits():
+    torch.manual_seed(0)
+    cfg = tiny.tiny_qwen3_config(60, hidden_size=16, layers=1, heads=2, kv_heads=1, head_dim=8)
+    model = tiny.init_tiny_qwen3(cfg, 0)
+    ids = torch.randint(0, 60, (2, 9))
+    att = torch.tensor([[1] * 9, [1] * 6 + [0] * 3])
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 0, 0], [0, 1, 1, 0, 1, 0, 0, 0, 0]])
+    full, n = sft.masked_lm_loss(model(input_ids=ids, attention_mask=att).logits, ids, mask)
+    part, m = sft.action_loss(model, ids, att, mask)
+    assert n == m == 6 and torch.allclose(full, part, atol=1e-6)
+
+
 def test_collate_and_truncate():
     ex = [{"tokens": [5, 6, 7], "mask": [0, 1, 1]}, {"tokens": [8], "mask": [1]}]
     ids, att, lm = sft.collate(ex, pad_id=0)

@@ -214,10 +214,18 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     assert strip(read(out)) == strip(read(uninterrupted))
     man = json.loads((out / "manifest.json").read_text())
     assert man["notes"]["resumed_from"] == 1
-    # a checkpoint of another config is refused
+    # another config never resumes this run's state: it starts afresh in a folder of its own
     other = {**world["data"], "train": {"ppo": {**world["data"]["train"]["ppo"], "clip_ratio": 0.3}}}
-    with pytest.raises(SystemExit, match="another config"):
-        ppo.run(Config(data=other), _args(world, tmp_path / "adapter"))
+    mp.setenv("PATH", _env()["PATH"])
+    try:
+        ppo.run(Config(data=other), _args(world, tmp_path / "other", stop_after=1,
+                                          checkpoints=str(tmp_path / "adapter-checkpoints")))
+    finally:
+        mp.undo()
+    dirs = sorted((tmp_path / "adapter-checkpoints").iterdir())
+    assert run_dir in dirs and len(dirs) == 2
+    [new_dir] = [d for d in dirs if d != run_dir]
+    assert ppo.latest_checkpoint(new_dir).name == "step-000001"
 
 
 def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):

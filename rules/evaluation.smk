@@ -4,8 +4,6 @@
 PANELS = config["evaluation"]["panels"]
 POLICIES = config["evaluation"]["policies"]
 EVAL_BASE = config["evaluation"]["base"]
-# the overlays of params.yaml (the Snakefile names params.yaml itself), for nested snakemake
-CONFIGFILES = " ".join(f"--configfile {f}" for f in CONFIG_FILES[1:])
 # every artifact's manifest, for the report's sha256 table (folders carry theirs inside)
 MANIFEST_FILES = [
     *expand("results/{step}/{repo}.manifest.json", step=["candidates", "tasks", "validated"], repo=ALL_REPOS),
@@ -13,6 +11,7 @@ MANIFEST_FILES = [
     *expand("results/sft/oracle/{repo}.manifest.json", repo=SFT),
     *expand("results/pool/{repo}.manifest.json", repo=POOL),
     "results/tasks/extra/manifest.json", "results/split/manifest.json",
+    "results/report/rulegraph.manifest.json",
     "results/tasks/funnel.manifest.json", "results/harbor/manifest.json",
     "results/rollouts/train.manifest.json",
     *expand("results/eval/{panel}/{policy}.manifest.json", panel=PANELS, policy=POLICIES),
@@ -80,8 +79,10 @@ rule rulegraph:
         "Snakefile",
         CONFIG_FILES,
         sorted(Path("rules").glob("*.smk")),
+        code=stage_code("forgeline.workflow.rulegraph"),
     output:
-        "results/report/rulegraph.dot",
+        dot="results/report/rulegraph.dot",
+        manifest="results/report/rulegraph.manifest.json",
     log:
         "logs/rulegraph.log",
     threads: 1
@@ -89,8 +90,7 @@ rule rulegraph:
         mem_mb=1000,
         runtime=5,
     shell:
-        "mkdir -p results/report logs && snakemake --rulegraph --nolock --quiet all {CONFIGFILES}"
-        " > {output}.tmp 2> {log} && mv {output}.tmp {output}"
+        "forgeline rulegraph {CONFIG} --out {output.dot} --manifest {output.manifest} --log {log}"
 
 
 rule report:

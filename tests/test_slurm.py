@@ -108,7 +108,8 @@ def runs(slurm, tmp_path_factory):
 
 def test_every_job_ran_through_slurm(runs):
     remote, _, out, planned = runs
-    assert planned.get("split") == 1 and planned.get("validate") == len(tp.TINY_REPOS), planned
+    # the pool's repositories and the SFT repository (its oracle trajectories feed SFT)
+    assert planned.get("split") == 1 and planned.get("validate") == len(tp.TINY_REPOS) + 1, planned
     submitted = {int(jobid): Path(log) for jobid, log in SUBMITTED.findall(out)}
     per_rule: dict[str, int] = {}
     for log in submitted.values():

@@ -26,7 +26,7 @@ from forgeline.provenance import file_record, tree_digest
 
 log = logging.getLogger(__name__)
 # Files under results/ that are not artifacts: DVC's per-directory .gitignore files.
-NOT_ARTIFACTS = {".gitignore"}
+NOT_ARTIFACTS = {".gitignore", ".snakemake_timestamp"}
 # Snakemake's marker inside a directory() output, written after the stage's manifest (and by
 # `snakemake --touch`): not part of the artifact. .dvcignore lists it too.
 SNAKEMAKE_MARKER = ".snakemake_timestamp"

@@ -20,8 +20,8 @@ CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]
 SFT = config["repos"]["sft"]
-# The policy every RL stage starts from: the tiny model after SFT (a real-scale overlay's
-# base is already a trained agent).
+# The policy every RL stage starts from: the tiny model after SFT. (A real-scale base is
+# already a trained agent from the hub; that switch is not a rule yet.)
 BASE_POLICY = "results/policy/sft"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"

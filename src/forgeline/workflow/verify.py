@@ -167,6 +167,22 @@ def _is_below(rel: str, folder: Path) -> bool:
     return Path(rel).parts[: len(folder.parts)] == folder.parts
 
 
+def touch_targets(manifests: list[str], dvc_yaml: Path) -> list[str]:
+    """What to hand `snakemake --touch`: each manifest, or the directory() output that holds it
+    (a file inside a directory output is no target of its own). Directory outputs are the outs
+    of dvc.yaml (the DAG's export) that contain a manifest."""
+    outs: set[str] = set()
+    if dvc_yaml.is_file():
+        import yaml
+        stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+        outs = {str(o) for st in stages.values() for o in st.get("outs", []) if isinstance(o, str)}
+    out = []
+    for m in manifests:
+        folder = next((o for o in outs if m.startswith(o.rstrip("/") + "/")), None)
+        out.append(folder or m)
+    return sorted(set(out))
+
+
 def touch_command(snakefile: Path, config_files: list[str], targets: list[str]) -> list[str]:
     """The Snakemake call that marks the jobs writing `targets` as done, without running them."""
     exe = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
@@ -205,7 +221,7 @@ def run(cfg, args) -> None:
         return
     # Every manifest is an output of the job that wrote it: targeting them all touches exactly
     # the jobs whose artifacts were verified (a partial tree stays partial).
-    targets = [_rel(root, m) for m in manifests]
+    targets = touch_targets([_rel(root, m) for m in manifests], root / "dvc.yaml")
     cmd = touch_command(args.snakefile, [str(f) for f in cfg.files], targets)
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -271,7 +271,9 @@ def save_value_model(model, out: str | Path, extra: Mapping[str, Any] | None = N
         backbone = copy.deepcopy(backbone).merge_and_unload()
     state = {f"backbone.{k}": v.detach().contiguous().cpu() for k, v in backbone.state_dict().items()}
     state.update({f"value_head.{k}": v.detach().contiguous().cpu() for k, v in model.value_head.state_dict().items()})
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt", "kind": "forgeline-value-model"})
+    # one metadata key: safetensors writes the header's metadata map in no fixed order, and
+    # the bytes of the file must not depend on the process (critic_config.json says the rest)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     backbone.config.to_json_file(str(out / "config.json"))
     write_json(out / CRITIC_CONFIG, {"architecture": "ValueModel", "backbone": type(backbone).__name__,
                                      "hidden_size": backbone.config.hidden_size, "value_head": "linear(hidden, 1)",

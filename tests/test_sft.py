@@ -168,6 +168,55 @@ def test_lr_schedule():
         sft.sft_config({"bogus": 1})
 
 
+def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repository(tok, tmp_path):
+    """Fresh names for the function and its folder, applied to the conversation and to the
+    repository alike: the real tools answer the renamed turns with the renamed outputs, and no
+    old name is left for a model to memorise."""
+    import random
+
+    site = next(s for s in enumerate_mutation_sites(CLEAN, ["op_swap"], PATH) if s.function == "add")
+    msgs = sft.synthetic_messages(CLEAN, PATH, site)
+    words = sft.identifier_words([(PATH, CLEAN), ("x.py", "total_count = item_price + unit_value")])
+    mapping = sft.fresh_names(msgs, PATH, site.function, words, random.Random(3))
+    assert set(mapping) == {"add", "alpha"}  # the module is __init__: it keeps its name
+    renamed = sft.rename_identifiers(msgs, mapping)
+    assert renamed[0] == msgs[0]
+    body = "\n".join(m["content"] for m in renamed[1:])
+    assert "alpha" not in body and "def add(" not in body and f"def {mapping['add']}(" in body
+
+    def rename_text(text):
+        return sft.rename_identifiers([{"role": "user", "content": text}], mapping)[0]["content"]
+
+    source, tests = TINY_REPOS["alpha"]
+    repo = tmp_path / "renamed"
+    (repo / mapping["alpha"]).mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / mapping["alpha"] / "__init__.py").write_text(rename_text(source))
+    (repo / rename_text("tests/test_alpha.py")).write_text(rename_text(tests))
+    path = f"{mapping['alpha']}/__init__.py"
+    task = {"instance_id": "renamed.syn", "repo": "renamed",
+            "patch": make_patch(path, rename_text(CLEAN), rename_text(apply_mutation(CLEAN, site))),
+            "FAIL_TO_PASS": [rename_text("tests/test_alpha.py::test_add")], "PASS_TO_PASS": [],
+            "problem_statement": renamed[1]["content"], "image_name": "x"}
+    texts = [m["content"] for m in renamed if m["role"] == "assistant"]
+    engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
+    rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+                      env=RepoSnapshot.load(tmp_path, "renamed").env(), tokenizer=tok)
+    assert rec["messages"] == renamed and rec["outcome"] == "resolved"
+
+
+def test_rename_share_is_deterministic_and_marks_the_ids():
+    files = [(f"{n}/__init__.py", TINY_REPOS[n][0]) for n in ("alpha", "beta", "gamma")]
+    kinds = ("op_swap", "cmp_boundary", "const_change")
+    conv = sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
+    assert conv == sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
+    assert conv and all(i.endswith(":renamed") for i, _ in conv)
+    plain = sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2)
+    assert [i + ":renamed" for i, _ in plain] == [i for i, _ in conv]
+    for (_, a), (_, b) in zip(plain, conv):
+        assert a[2]["content"] != b[2]["content"]  # the grep names the fresh function and folder
+
+
 def test_check_sft_repos_refuses_pool_tasks():
     sft.check_sft_repos([{"repo": "tinycsv", "instance_id": "a"}], ["tinycsv"], ["ledgerkit"])
     with pytest.raises(ValueError, match="not an SFT repository"):

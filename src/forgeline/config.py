@@ -10,7 +10,7 @@ import copy
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import jsonschema
 import yaml
@@ -146,3 +146,19 @@ def flatten(section: Any, prefix: str) -> list[str]:
             out.extend(flatten(section[key], f"{prefix}.{key}"))
         return out
     return [prefix]
+
+
+def with_defaults(base: Mapping[str, Any], over: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """A stage's DEFAULTS `base` overlaid by its config section `over`, recursively (copies,
+    never aliases); a key that `base` lacks is an error naming `where` and the known keys."""
+    out = copy.deepcopy(dict(base))
+    for key, value in (over or {}).items():
+        if key not in base:
+            raise ValueError(f"{where}: unknown key {key} (known: {', '.join(sorted(base))})")
+        if isinstance(base[key], Mapping):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"{where}.{key} must be a mapping")
+            out[key] = with_defaults(base[key], value, f"{where}.{key}")
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from forgeline.config import with_defaults
 from forgeline.agent.rewards import REWARD_DEFAULTS, process_reward
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.engine import Engine, Generation, derive_seed
@@ -77,20 +78,7 @@ DEFAULTS: dict[str, Any] = {
 
 def agent_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DEFAULTS overlaid by `section` (the config's `agent` mapping), checked for unknown keys."""
-    def merge(base: Mapping, over: Mapping, where: str) -> dict:
-        out = json.loads(json.dumps(base))
-        for key, value in (over or {}).items():
-            if key not in base:
-                raise ValueError(f"agent config: unknown key {where}{key} (known: {', '.join(sorted(base))})")
-            if isinstance(base[key], Mapping):
-                if not isinstance(value, Mapping):
-                    raise ValueError(f"agent config: {where}{key} must be a mapping")
-                out[key] = merge(base[key], value, f"{where}{key}.")
-            else:
-                out[key] = json.loads(json.dumps(value))
-        return out
-
-    cfg = merge(DEFAULTS, section or {}, "")
+    cfg = with_defaults(DEFAULTS, section, "agent")
     unknown = sorted(set(cfg["tools"]) - set(AGENT_TOOLS))
     if unknown or "submit" not in cfg["tools"]:
         raise ValueError(f"agent.tools={cfg['tools']}: choose from {sorted(AGENT_TOOLS)}, submit included")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from forgeline.evaluation import evaluation_config
-from forgeline.evaluation.stats import (format_p, mcnemar_exact_p, mean, paired_outcomes, ratio,
+from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio,
                                         success_summary, verdict)
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_text
 

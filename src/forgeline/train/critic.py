@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import json
 import logging
 import math
 import random
@@ -36,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
+from forgeline.config import with_defaults
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import OUTCOMES, token_rewards
 from forgeline.policy.init_stage import stage_seed
@@ -71,24 +71,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def merge_config(base: Mapping, over: Mapping, where: str) -> dict:
-    """`base` overlaid by `over`, recursively; a key not in `base` is an error naming it."""
-    out = json.loads(json.dumps(base))
-    for key, value in (over or {}).items():
-        if key not in base:
-            raise ValueError(f"{where}: unknown key {key} (known: {', '.join(sorted(base))})")
-        if isinstance(base[key], Mapping):
-            if not isinstance(value, Mapping):
-                raise ValueError(f"{where}.{key} must be a mapping")
-            out[key] = merge_config(base[key], value, f"{where}.{key}")
-        else:
-            out[key] = json.loads(json.dumps(value))
-    return out
-
-
 def critic_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DEFAULTS overlaid by `section` (the config's `train.critic`); unknown keys are an error."""
-    c = merge_config(DEFAULTS, section or {}, "train.critic")
+    c = with_defaults(DEFAULTS, section, "train.critic")
     if c["mode"] not in ("full", "lora"):
         raise ValueError(f"train.critic.mode={c['mode']!r}: expected full or lora")
     fr = c["split"]

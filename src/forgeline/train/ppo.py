@@ -50,6 +50,7 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
+from forgeline.config import with_defaults
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
@@ -60,7 +61,7 @@ from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, canonical
                                   sha256_file, stage_sources, write_json)
 from forgeline.sandbox import get_sandbox
 from forgeline.train import rl
-from forgeline.train.critic import merge_config, load_value_model, lora_config, trainable_parameters
+from forgeline.train.critic import load_value_model, lora_config, trainable_parameters
 
 log = logging.getLogger(__name__)
 STAGE = "train.ppo"
@@ -105,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
 
 def ppo_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DEFAULTS overlaid by `section` (the config's `train.ppo`); unknown keys are an error."""
-    c = merge_config(DEFAULTS, section or {}, "train.ppo")
+    c = with_defaults(DEFAULTS, section, "train.ppo")
     if c["kl_mode"] not in ("loss", "penalty", "none"):
         raise ValueError(f"train.ppo.kl_mode={c['kl_mode']!r}: expected loss, penalty or none")
     if c["kl_estimator"] not in ("k1", "k2", "k3"):

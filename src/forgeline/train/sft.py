@@ -27,16 +27,18 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
-import json
+import keyword
 import logging
 import math
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
+from forgeline.config import with_defaults
 from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
                                      truncate)
 from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, fix_arguments, oracle_texts,
@@ -74,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
         "max_file_bytes": 16000,  # source files larger than this are not used
         "max_lines": 30,        # lines of the function shown (the oracle's max_lines)
         "per_file": 2,          # examples per source file at most
+        "rename": 0.0,          # share of examples whose function/folder/module get fresh names
         "kinds": list(KINDS),   # mutation kinds
     },
 }
@@ -81,17 +84,7 @@ DEFAULTS: dict[str, Any] = {
 
 def sft_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DEFAULTS overlaid by `section` (the config's `train.sft`); unknown keys are an error."""
-    out = json.loads(json.dumps(DEFAULTS))
-    for key, value in (section or {}).items():
-        if key not in DEFAULTS:
-            raise ValueError(f"train.sft: unknown key {key} (known: {', '.join(sorted(DEFAULTS))})")
-        if isinstance(DEFAULTS[key], dict):
-            unknown = sorted(set(value) - set(DEFAULTS[key]))
-            if unknown:
-                raise ValueError(f"train.sft.{key}: unknown keys {unknown}")
-            out[key].update(json.loads(json.dumps(value)))
-        else:
-            out[key] = json.loads(json.dumps(value))
+    out = with_defaults(DEFAULTS, section, "train.sft")
     if out["schedule"] not in ("cosine", "linear"):
         raise ValueError(f"train.sft.schedule={out['schedule']!r}: expected cosine or linear")
     return out
@@ -230,13 +223,80 @@ def _rank(seed: int, name: str) -> str:
     return hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()
 
 
+_PROTOCOL_WORDS = frozenset(re.findall(r"[A-Za-z0-9]+", SYSTEM_PROMPT)) | frozenset(keyword.kwlist) | {
+    "name", "arguments", "tool_call", "bash", "edit", "submit", "command", "path", "old", "new", "line",
+    "grep", "rn", "def", "nl", "ba", "sed", "n", "p", "exit", "code", "edited", "tests", "test", "py",
+    "init", "self", "cls"}
+_NAME_CHARS = "A-Za-z0-9"
+
+
+def _word(name: str) -> re.Pattern:
+    """`name` where no letter or digit touches it (`_` does not join: `test_f` holds `f`)."""
+    return re.compile(rf"(?<![{_NAME_CHARS}]){re.escape(name)}(?![{_NAME_CHARS}])")
+
+
+def identifier_words(files: Iterable[tuple[str, str]], limit: int = 4000) -> list[str]:
+    """The commonest lower-case words (3..9 letters) of the identifiers in `files`' text:
+    the parts fresh names are made of, so they tokenize like real code."""
+    counts: dict[str, int] = {}
+    for _, text in files:
+        for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
+            for part in ident.split("_"):
+                if 3 <= len(part) <= 9 and part.isalpha() and part.islower():
+                    counts[part] = counts.get(part, 0) + 1
+    ranked = sorted(counts, key=lambda w: (-counts[w], w))
+    return sorted(w for w in ranked[:limit] if w not in _PROTOCOL_WORDS)
+
+
+def rename_identifiers(messages: Sequence[Mapping[str, Any]], mapping: Mapping[str, str]) -> list[dict]:
+    """`messages` with every standalone occurrence of each `mapping` key replaced by its value
+    (all at once) in every message but the system prompt. The synthetic tool outputs are made
+    from the same text, so the conversation stays one a real sandbox would answer."""
+    if not mapping:
+        return [dict(m) for m in messages]
+    names = sorted(mapping, key=len, reverse=True)
+    pattern = re.compile(rf"(?<![{_NAME_CHARS}])(?:{'|'.join(map(re.escape, names))})(?![{_NAME_CHARS}])")
+    return [dict(m) if m["role"] == "system" else {**m, "content": pattern.sub(lambda g: mapping[g.group(0)], m["content"])}
+            for m in messages]
+
+
+def fresh_names(messages: Sequence[Mapping[str, Any]], path: str, function: str, words: Sequence[str],
+                rng: random.Random) -> dict[str, str]:
+    """A renaming of the function, its package folder and its module that appear nowhere in
+    `messages`: the function gets 1-3 words joined by `_`, the folder two words run together
+    (like `gridpath`), the module one or two words. Names that the tool protocol or Python
+    use (and dunders) keep their name."""
+    text = "\n".join(m["content"] for m in messages)
+    parts = path[:-3].split("/")
+    olds = [function.rsplit(".", 1)[-1], parts[0] if len(parts) > 1 else None,
+            parts[-1] if len(parts) > 1 else None]
+    makers = [lambda: "_".join(rng.sample(words, rng.randint(1, 3))),
+              lambda: "".join(rng.sample(words, 2)),
+              lambda: "_".join(rng.sample(words, rng.randint(1, 2)))]
+    mapping: dict[str, str] = {}
+    for old, make in zip(olds, makers):
+        if not old or old in mapping or old.startswith("__") or old in _PROTOCOL_WORDS:
+            continue
+        for _ in range(20):
+            new = make()
+            if new not in mapping.values() and not _word(new).search(text):
+                mapping[old] = new
+                break
+    return mapping
+
+
 def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                             kinds: Sequence[str] = KINDS, max_lines: int = 30, per_file: int = 2,
-                            max_tool_output_chars: int = 2000) -> list[tuple[str, list[dict]]]:
+                            max_tool_output_chars: int = 2000, rename: float = 0.0
+                            ) -> list[tuple[str, list[dict]]]:
     """Up to `n` (id, messages) synthetic conversations from `files` [(repo-relative path,
     text)]: files in a seeded hash order, one mutation kind per file (rotating), at most
-    `per_file` sites per file drawn with random.Random(seed:path). Deterministic."""
+    `per_file` sites per file drawn with random.Random(seed:path). A `rename` share of them
+    get fresh names for the function, its folder and module (`fresh_names`): a name the
+    model cannot have memorised must be copied from the context, which is what the grep,
+    nl and edit turns of a task of an unseen repository need. Deterministic."""
     out: list[tuple[str, list[dict]]] = []
+    words = identifier_words(files) if rename > 0 else []
     order = sorted(files, key=lambda f: _rank(seed, f[0]))
     for i, (path, text) in enumerate(order):
         if len(out) >= n:
@@ -255,9 +315,16 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
             if mutated_if_valid(text, site, reference, path) is None:
                 continue
             msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars)
-            if msgs is not None:
-                out.append((f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}", msgs))
-                got += 1
+            if msgs is None:
+                continue
+            sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"
+            pick = random.Random(_rank(seed, sid))
+            if words and pick.random() < rename:
+                mapping = fresh_names(msgs, path, site.function, words, pick)
+                msgs = rename_identifiers(msgs, mapping)
+                sid += ":renamed"
+            out.append((sid, msgs))
+            got += 1
     return out
 
 
@@ -479,7 +546,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                                       bool(s["repos"]), int(s["max_file_bytes"]))
             synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
                                             int(s["max_lines"]), int(s["per_file"]),
-                                            int(a["max_tool_output_chars"]))
+                                            int(a["max_tool_output_chars"]), float(s["rename"]))
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})

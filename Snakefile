@@ -20,9 +20,10 @@ CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]
 SFT = config["repos"]["sft"]
-# The policy every RL stage starts from: the tiny model after SFT. (A real-scale base is
-# already a trained agent from the hub; that switch is not a rule yet.)
-BASE_POLICY = "results/policy/sft"
+# The policy every RL stage starts from: the tiny model after SFT (embedded default), or a
+# trained agent from the hub at a pinned commit (policy.base.source: hub, real scale).
+BASE_SOURCE = config["policy"].get("base", {}).get("source", "sft")
+BASE_POLICY = f"results/policy/{BASE_SOURCE}"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"
 

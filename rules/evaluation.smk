@@ -8,7 +8,7 @@ EVAL_BASE = config["evaluation"]["base"]
 MANIFEST_FILES = [
     *expand("results/{step}/{repo}.manifest.json", step=["candidates", "tasks", "validated"], repo=ALL_REPOS),
     *expand("results/images/{repo}.manifest.json", repo=ALL_REPOS if DOCKER else []),
-    *expand("results/sft/oracle/{repo}.manifest.json", repo=SFT),
+    *expand("results/sft/oracle/{repo}.manifest.json", repo=SFT if BASE_SOURCE == "sft" else []),
     *expand("results/pool/{repo}.manifest.json", repo=POOL),
     "results/tasks/extra/manifest.json", "results/split/manifest.json",
     "results/report/rulegraph.manifest.json",
@@ -19,7 +19,8 @@ MANIFEST_FILES = [
 ]
 # the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
 REPORT_PLOTS = ["success", "dag", "funnel", "difficulty", "critic_curve", "ppo_curve"]
-MANIFEST_DIRS = ["results/policy/init", BASE_POLICY, "results/critic", "results/adapter"]
+MANIFEST_DIRS = [*(["results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
+                 "results/critic", "results/adapter"]
 
 
 rule evaluate:

@@ -1,7 +1,25 @@
 # Phase 2: the base policy. A tiny Qwen3 (its tokenizer trained here) is taught the agent's
 # protocol on oracle trajectories of the SFT repositories plus synthetic fixes of other
-# Python source; pass@k of that policy then keeps the pool tasks of the configured
-# difficulty, per repository, and the split is taken over what it keeps.
+# Python source; at real scale the base is a hub model at a pinned commit instead. pass@k
+# of the base policy then keeps the pool tasks of the configured difficulty, per
+# repository, and the split is taken over what it keeps.
+
+
+rule policy_hub:
+    input:
+        code=stage_code("forgeline.policy.hub"),
+    output:
+        policy=directory("results/policy/hub"),
+    params:
+        conf=params_of(config, "policy.base"),
+    log:
+        "logs/policy_hub.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=240,
+    shell:
+        "forgeline policy-hub {CONFIG} --out {output.policy} --log {log}"
 
 
 rule policy_init:
@@ -72,7 +90,7 @@ rule sft:
 rule difficulty:
     input:
         tasks="results/validated/{repo}.jsonl",
-        policy="results/policy/sft",
+        policy=BASE_POLICY,
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
         image=image_of,
         code=stage_code("forgeline.agent.difficulty"),

@@ -375,6 +375,36 @@ def test_hub_resolution_offline_through_fake_cache(tmp_path, monkeypatch, lm, to
         hub.resolve_base_model("org/partial", COMMIT, cache_dir=partial.parents[2])
 
 
+def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp_path, monkeypatch, lm, tok):
+    """`policy-hub` offline through the cache layout: the folder loads, its manifest names the
+    repository, the commit and each file's sha256, and the token in the environment is
+    written nowhere."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tmp_path / "made"
+    lm.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    make_fake_hub_cache(tmp_path / "hub", "org/tiny-agent", COMMIT, model_dir)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_never_written_0123")
+    base = {"source": "hub", "hub": {"repo_id": "org/tiny-agent", "revision": COMMIT, "allow_patterns": None}}
+    out = tmp_path / "results" / "policy" / "hub"
+    hub.run(Config({"policy": {"base": base}}), argparse.Namespace(out=str(out), manifest=None))
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "policy.hub"
+    assert manifest["notes"]["repo_id"] == "org/tiny-agent" and manifest["notes"]["revision"] == COMMIT
+    assert {o["path"].rpartition("/")[2]: o["sha256"] for o in manifest["outputs"]} == \
+        {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model_dir.iterdir()}
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert torch.equal(loaded.model.embed_tokens.weight, lm.model.embed_tokens.weight)
+    assert not any(b"hf_secret" in p.read_bytes() for p in out.rglob("*") if p.is_file())
+    with pytest.raises(SystemExit, match="policy.base.source: hub"):
+        hub.run(Config({"policy": {"base": {"source": "sft", "hub": {}}}}),
+                argparse.Namespace(out=str(tmp_path / "x"), manifest=None))
+
+
 @pytest.mark.parametrize("revision", ["main", "v1.0", COMMIT[:12], COMMIT.upper(), None])
 def test_hub_rejects_non_commit_revisions(revision):
     with pytest.raises(hub.RevisionError, match="commit") as info:

@@ -153,7 +153,18 @@ def test_ci_recipe_pull_run_cache_then_repro_restores_instead_of_recomputing(ori
     sh(project, "dvc", "pull", "--run-cache")
     out = sh(project, "dvc", "repro").stdout
     assert "Running stage" not in out, out[-3000:]
-    sh(project, "dvc", "metrics", "diff", "--md", TAG)  # no stage declares metrics yet: empty
+    shown = json.loads(sh(project, "dvc", "metrics", "show", "--json").stdout)
+    files = {f for rev in shown.values() for f in rev.get("data", {})}
+    assert {"results/tasks/funnel.json", "results/eval/tables/metrics.json"} <= files, shown
+    assert sh(project, "dvc", "metrics", "diff", "--md", TAG).stdout.strip() == ""  # same run
+    # a run whose funnel moved: the diff against the tag names the metric, old and new value
+    funnel = project / "results/tasks/funnel.json"
+    data = json.loads(funnel.read_text())
+    key, value = next((k, v) for k, v in data["totals"].items() if isinstance(v, int))
+    funnel.write_text(json.dumps({**data, "totals": {**data["totals"], key: value + 1000}}))
+    diff = sh(project, "dvc", "metrics", "diff", "--md", TAG).stdout
+    assert f"totals.{key}" in diff and str(value + 1000) in diff, diff
+    sh(project, "dvc", "checkout", "--force", "results/tasks/funnel.json")
     # a stale dvc.lock (e.g. a branch that regenerated dvc.yaml): every stage's run is in the
     # pulled run-cache, so repro checks the outputs out instead of running the commands
     (project / "dvc.lock").unlink()

@@ -130,6 +130,24 @@ def test_dag_picture_in_readme_matches_rulegraph(built):
     assert drawn == real
 
 
+def test_hub_base_replaces_the_tiny_policy_phase(tmp_path):
+    """policy.base.source: hub (the real-scale overlay's switch): the base policy comes from
+    `policy_hub`, every RL stage reads it, and no tiny-model rule is planned."""
+    project = tp.make_project(tmp_path / "hub")
+    overlay = {"policy": {"base": {"source": "hub", "hub": {"repo_id": "org/agent", "revision": "0" * 40}}},
+               "repos": {"sft": []},
+               "evaluation": {"policies": {"base": {"path": "results/policy/hub"},
+                                           "ppo": {"path": "results/adapter", "base": "results/policy/hub"}}}}
+    (project / "hub.yaml").write_text(yaml.safe_dump(overlay))
+    out = tp.run(project, "snakemake", "-n", "--cores", "2", "--configfile", "hub.yaml").stdout
+    jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))
+    assert "policy_hub" in jobs and not jobs & {"policy_init", "sft", "agent_oracle"}, sorted(jobs)
+    dot = tp.run(project, "snakemake", "--rulegraph", "--cores", "1", "--configfile", "hub.yaml").stdout
+    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', dot))
+    fed = {names[b] for a, b in re.findall(r"(\d+) -> (\d+)", dot) if names[a] == "policy_hub"}
+    assert {"difficulty", "offline_rollouts", "critic", "ppo", "evaluate"} <= fed, fed
+
+
 def test_committed_dvc_yaml_is_current():
     """dvc.yaml is generated from the Snakemake DAG; a stale committed file fails here."""
     proc = tp.run(tp.ROOT, "forgeline", "export-dvc", "--check", check=False)

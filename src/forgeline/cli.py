@@ -29,6 +29,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
     "harbor": ("forgeline.tasks.harbor", "export the split as Harbor task folders"),
     "policy-init": ("forgeline.policy.init_stage", "train the tokenizer, initialise the tiny model"),
+    "policy-hub": ("forgeline.policy.hub", "the base policy from the hub at a pinned commit"),
     "agent-oracle": ("forgeline.agent.oracle", "oracle trajectories through the real tools (SFT data)"),
     "agent-rollout": ("forgeline.agent.rollout", "episodes of a policy on tasks, resumable"),
     "sft": ("forgeline.train.sft", "supervised fine-tuning on oracle + synthetic trajectories"),

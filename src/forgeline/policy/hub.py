@@ -10,14 +10,24 @@ downloading it if needed (`huggingface_hub.snapshot_download`). Reproducibility 
   cache (HF_HUB_CACHE, else the hub's default), and it is checked: every cached LFS blob's
   sha256 must be its file name.
 `file_digests(folder)` gives the sha256 of every file, for the manifest.
+
+Stage `policy-hub` (`policy.base.source: hub`): resolves `policy.base.hub` and writes the
+snapshot's files into the base-policy folder (hard links into the hub cache where the file
+system allows, else copies), so that every later stage loads one local folder and DVC versions
+the exact weights; the manifest records the repository, the commit and every file's sha256.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
+import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+STAGE = "policy.hub"
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _TRUE = {"1", "on", "yes", "true"}
@@ -145,3 +155,49 @@ def snapshot_record(repo_id: str, revision: str, folder: str | os.PathLike) -> d
     digests = file_digests(folder)
     return {"repo_id": repo_id, "revision": revision, "files": digests,
             "bytes": sum((folder / rel).stat().st_size for rel in digests)}
+
+
+def materialize(snapshot: str | os.PathLike, dest: str | os.PathLike) -> list[Path]:
+    """Put every file of `snapshot` under `dest` (same relative paths): a hard link to the
+    cached blob when `dest` is on the same file system, else a copy. Returns the new paths."""
+    snapshot, dest = Path(snapshot), Path(dest)
+    out = []
+    for src in _snapshot_files(snapshot):
+        target = dest / src.relative_to(snapshot)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src.resolve(), target)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(src, target)
+        out.append(target)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="the base-policy folder to write")
+    parser.add_argument("--manifest", help="manifest path (default: OUT/manifest.json)")
+
+
+def run(cfg, args: argparse.Namespace) -> None:
+    from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, stage_sources
+
+    section = cfg.section("policy.base")
+    spec = section.get("hub") or {}
+    repo_id, revision = spec.get("repo_id"), spec.get("revision")
+    if section.get("source") != "hub" or not repo_id:
+        raise SystemExit("policy-hub: set policy.base.source: hub and policy.base.hub.repo_id "
+                         "(and .revision, a full commit) in the config, e.g. configs/klear-8b.yaml")
+    manifest = Manifest(stage=STAGE, params={"policy.base": section}, inputs=[],
+                        code=stage_sources(__name__))
+    with manifest.timed("resolve"):
+        snapshot = resolve_base_model(repo_id, revision, allow_patterns=spec.get("allow_patterns"))
+    out = Path(args.out)
+    with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
+        with manifest.timed("materialize"):
+            materialize(snapshot, tmp)
+    outputs = sorted(p for p in out.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
+    size = sum(p.stat().st_size for p in outputs)
+    # the manifest's outputs carry each file's sha256 (hashed once, there)
+    manifest.notes = {"repo_id": repo_id, "revision": revision, "bytes": size, "files": len(outputs)}
+    manifest.write(Path(args.manifest) if args.manifest else out / MANIFEST_NAME, outputs=outputs)
+    log.info("wrote %s: %s@%s, %d files, %.1f MB", out, repo_id, revision[:12], len(outputs), size / 1e6)

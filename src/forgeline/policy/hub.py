@@ -149,13 +149,6 @@ def verify_lfs_blobs(folder: str | os.PathLike) -> int:
     return checked
 
 
-def snapshot_record(repo_id: str, revision: str, folder: str | os.PathLike) -> dict:
-    """What a manifest records about a resolved base model: id, commit, bytes, file digests."""
-    folder = Path(folder)
-    digests = file_digests(folder)
-    return {"repo_id": repo_id, "revision": revision, "files": digests,
-            "bytes": sum((folder / rel).stat().st_size for rel in digests)}
-
 
 def materialize(snapshot: str | os.PathLike, dest: str | os.PathLike) -> list[Path]:
     """Put every file of `snapshot` under `dest` (same relative paths): a hard link to the

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.config import with_defaults
 from forgeline.agent.rewards import REWARD_DEFAULTS, process_reward
+from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.engine import Engine, Generation, derive_seed
 from forgeline.sandbox.base import Sandbox, SandboxError, TaskEnv

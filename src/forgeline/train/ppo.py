@@ -50,10 +50,10 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.config import with_defaults
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
+from forgeline.config import with_defaults
 from forgeline.policy.engine import HFEngine, OpenAIEngine, derive_seed
 from forgeline.policy.init_stage import stage_seed
 from forgeline.policy.model import LORA_TARGET_MODULES

@@ -38,11 +38,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.config import with_defaults
 from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
                                      truncate)
 from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, fix_arguments, oracle_texts,
                                     parse_patch)
+from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, render, tool_message
 from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir

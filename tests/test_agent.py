@@ -7,9 +7,6 @@ the process sandbox, the verifier, a tokenizer trained on one small repository a
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,16 +15,17 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, trajectory  # noqa: E402
 from forgeline.agent.episode import agent_config, run_episode  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
-from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
 from forgeline.policy.chat import format_tool_call, render_ids  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
 from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 
+from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
+
 torch.set_num_threads(1)
 CFG = {"context_limit": 2048, "max_new_tokens": 48, "max_steps": 6, "command_timeout_s": 20,
        "max_invalid_calls": 3}
@@ -38,26 +36,9 @@ def call(name: str, **args) -> str:
     return format_tool_call(name, args)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def direct_python():
-    """`python3` in the sandbox = this interpreter (skips a slow pyenv shim; has pytest)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
-
-
 @pytest.fixture(scope="module")
 def lm(tok):
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
-                                    intermediate=64, max_position_embeddings=2048,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return tiny.init_tiny_qwen3(config, seed=11)
+    return tiny_lm(tok)
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +14,6 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
 from forgeline.agent.rollout import rollout  # noqa: E402
 from forgeline.config import Config  # noqa: E402
-from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
 from forgeline.policy.chat import format_tool_call  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
@@ -25,9 +21,11 @@ from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 from forgeline.train import critic  # noqa: E402
 
+from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
+
 torch.set_num_threads(1)
 AGENT = {"context_limit": 4096, "max_new_tokens": 128, "max_steps": 5, "command_timeout_s": 20,
          "rollout": {"concurrency": 4}}
@@ -46,14 +44,6 @@ BUGS = [
 
 def call(name: str, **args) -> str:
     return format_tool_call(name, args)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def direct_python():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield
-    mp.undo()
 
 
 def make_tasks() -> list[dict]:
@@ -85,16 +75,8 @@ def scripts(task: dict, bug: tuple) -> dict[str, list[str]]:
             "give_up": [call("bash", command="ls"), call("submit")]}
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
-
-
-def make_lm(tok, seed=11):
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=48, layers=2, heads=4, kv_heads=2,
-                                    intermediate=96, max_position_embeddings=4096,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return tiny.init_tiny_qwen3(config, seed=seed)
+def make_lm(tok):
+    return tiny_lm(tok, hidden_size=48, intermediate=96, max_position_embeddings=4096)
 
 
 @pytest.fixture(scope="module")

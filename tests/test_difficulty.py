@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from forgeline.agent import difficulty as df
+
+from tiny_models import direct_python, tiny_lm, tiny_tokenizer
+
+__all__ = ["direct_python"]  # a fixture from tiny_models: pytest finds it by this name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,18 +81,9 @@ def test_report_histogram_band_and_rates():
 
 # -- the stage, end to end ------------------------------------------------------------------
 
-@pytest.fixture(scope="module", autouse=True)
-def direct_python():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield
-    mp.undo()
-
-
 def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
     import torch
     from forgeline.config import Config
-    from forgeline.policy import model as tiny, tokenizer as tk
     from forgeline.tasks.generate import make_patch
     from forgeline.tasks.repos import RepoSnapshot
 
@@ -115,13 +108,10 @@ def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
                   base="0" * 40)]
     tasks_file = tmp_path / "validated.jsonl"
     tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    tok = tk.build_tokenizer(tk.collect_corpus([root / "alpha", root / "beta"], None), vocab_size=300)
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate=64,
-                                    max_position_embeddings=4096, eos_token_id=tok.eos_token_id,
-                                    pad_token_id=tok.pad_token_id)
+    tok = tiny_tokenizer([root / "alpha", root / "beta"], vocab_size=300)
     policy = tmp_path / "policy"
     tok.save_pretrained(policy)
-    tiny.init_tiny_qwen3(config, seed=3).save_pretrained(policy)
+    tiny_lm(tok, seed=3, layers=1, heads=2, kv_heads=1, max_position_embeddings=4096).save_pretrained(policy)
 
     def cfg(band):
         return Config(data={

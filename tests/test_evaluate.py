@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,16 +15,11 @@ from forgeline.agent.rollout import sample_seeds
 from forgeline.config import Config
 from forgeline.evaluation import evaluate as ev, tables as tb
 
+from tiny_models import direct_python, tiny_lm, tiny_tokenizer
+
+__all__ = ["direct_python"]  # a fixture from tiny_models: pytest finds it by this name
+
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def direct_python():
-    """`python3` in the sandbox = this interpreter (has pytest)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +28,6 @@ def world(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from forgeline.policy import model as tiny, tokenizer as tk
     from forgeline.tasks.generate import make_patch
     from forgeline.tasks.repos import RepoSnapshot
 
@@ -58,13 +50,10 @@ def world(tmp_path_factory):
              task("beta", "beta.1", "if x > t:", "if x >= t:", ["tests/test_beta.py::test_count_above_edge"])]
     panel = tmp / "panel.jsonl"
     panel.write_text("".join(json.dumps(t) + "\n" for t in reversed(tasks)))
-    tok = tk.build_tokenizer(tk.collect_corpus([root / "alpha", root / "beta"], None), vocab_size=300)
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate=64,
-                                    max_position_embeddings=4096, eos_token_id=tok.eos_token_id,
-                                    pad_token_id=tok.pad_token_id)
+    tok = tiny_tokenizer([root / "alpha", root / "beta"], vocab_size=300)
     policy = tmp / "base"
     tok.save_pretrained(policy)
-    tiny.init_tiny_qwen3(config, seed=3).save_pretrained(policy)
+    tiny_lm(tok, seed=3, layers=1, heads=2, kv_heads=1, max_position_embeddings=4096).save_pretrained(policy)
     # A LoRA adapter with random (not zero) B, so the adapted policy really differs from the base.
     torch.manual_seed(0)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)

@@ -20,8 +20,9 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import chat, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402
 
+from tiny_models import CORPUS_REPO, tiny_lm  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS_REPO = ROOT / "data" / "repos" / "tinycsv"
 torch.set_num_threads(1)
 
 
@@ -37,10 +38,7 @@ def tok(corpus):
 
 @pytest.fixture(scope="module")
 def lm(tok):
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
-                                    intermediate=64, max_position_embeddings=2048,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return tiny.init_tiny_qwen3(config, seed=11)
+    return tiny_lm(tok)
 
 
 @pytest.fixture(scope="module")

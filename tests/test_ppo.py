@@ -16,28 +16,18 @@ import pytest
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.config import Config  # noqa: E402
-from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
+from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.train import critic, ppo  # noqa: E402
 
 from test_critic import make_tasks  # noqa: E402
+from tiny_models import tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["tok"]  # a fixture from tiny_models: pytest finds it by this name
+
 BIN = Path(sys.executable).parent
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
-
-
-def make_lm(tok, seed=11):
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
-                                    intermediate=64, max_position_embeddings=2048,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return tiny.init_tiny_qwen3(config, seed=seed)
 
 
 # -- the update math: a synthetic reward, no sandbox --------------------------------------------
@@ -51,14 +41,14 @@ def test_ppo_updates_raise_a_synthetic_reward(tok):
     with a learned critic, clipped loss, KL to the base) must raise the mean reward well above
     the base policy's ~0.5."""
     torch.manual_seed(0)
-    lm = make_lm(tok)
+    lm = tiny_lm(tok)
     with torch.no_grad():
         lm.get_input_embeddings().weight.mul_(10.0)
     u = torch.randn(lm.config.hidden_size, generator=torch.Generator().manual_seed(5))
     in_s = (lm.get_input_embeddings().weight @ u > 0).tolist()
     actor = ppo.make_actor(lm, {"r": 8, "alpha": 16, "dropout": 0.0,
                                 "target_modules": list(tiny.LORA_TARGET_MODULES)}, seed=1)
-    value = critic.value_model(make_lm(tok, seed=12).model, init_value=0.5)
+    value = critic.value_model(tiny_lm(tok, seed=12).model, init_value=0.5)
     cfg = ppo.ppo_config({"actor_lr": 1e-2, "critic_lr": 1e-2, "minibatches": 2, "ppo_epochs": 2,
                           "kl_coef": 0.001, "entropy_coef": 0.0})
     trainer = ppo.PPOTrainer(actor, value, cfg, seed=3)
@@ -116,7 +106,7 @@ def world(tmp_path_factory, tok):
     (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in make_tasks()))
     policy = root / "policy"
     tok.save_pretrained(policy)
-    make_lm(tok).save_pretrained(policy)
+    tiny_lm(tok).save_pretrained(policy)
     (root / "critic").mkdir()
     critic.save_value_model(critic.init_value_model(policy, init_value=-0.2), root / "critic")
     data = {"seed": 3, "repos": {"root": str(root / "repos")},

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +13,7 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, parse_patch  # noqa: E402
 from forgeline.config import Config  # noqa: E402
-from forgeline.policy import model as tiny, tokenizer as tk  # noqa: E402
+from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.chat import render_ids  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
 from forgeline.tasks.mutations import apply_mutation, enumerate_mutation_sites  # noqa: E402
@@ -24,33 +21,15 @@ from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 from forgeline.train import sft  # noqa: E402
 
+from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
+
 torch.set_num_threads(1)
 TOOLS = tool_schemas(agent_config()["tools"])
 PATH = "alpha/__init__.py"
 CLEAN = TINY_REPOS["alpha"][0]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def direct_python():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    yield
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=512)
-
-
-def make_lm(tok, seed=11):
-    config = tiny.tiny_qwen3_config(len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
-                                    intermediate=64, max_position_embeddings=4096,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return tiny.init_tiny_qwen3(config, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +219,7 @@ def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
                           "warmup_steps": 2})
     states, curves = [], []
     for _ in range(2):
-        lm = make_lm(tok)
+        lm = tiny_lm(tok, max_position_embeddings=4096)
         curves.append(sft.train(lm, examples[:2], cfg, seed=9, pad_id=tok.pad_token_id, progress=False))
         states.append({k: v.clone() for k, v in lm.state_dict().items()})
     curve = curves[0]
@@ -253,7 +232,7 @@ def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
 def test_stage_end_to_end(tok, repos, tmp_path):
     init = tmp_path / "init"
     tok.save_pretrained(init)
-    make_lm(tok).save_pretrained(init)
+    tiny_lm(tok, max_position_embeddings=4096).save_pretrained(init)
     sb = ProcessSandbox()
     task = {"instance_id": "alpha.0.add", "repo": "alpha",
             "patch": make_patch(PATH, CLEAN, CLEAN.replace("return a + b", "return a - b")),

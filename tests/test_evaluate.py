@@ -14,6 +14,7 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent.rollout import sample_seeds
 from forgeline.config import Config
 from forgeline.evaluation import evaluate as ev, tables as tb
+from forgeline.policy import engine as engine_mod
 
 from tiny_models import direct_python, tiny_lm, tiny_tokenizer
 
@@ -133,7 +134,7 @@ def test_evaluate_peft_adapter_is_active(world, evaluated):
     assert abs(b0["logprobs"][0] - p0["logprobs"][0]) > 1e-4  # ... from another distribution
     # --base given explicitly for an HF folder that is not an adapter is a mistake
     with pytest.raises(ValueError, match="not a PEFT adapter"):
-        ev.load_hf_policy(world["policy"], base=str(world["policy"]))
+        engine_mod.load_hf_policy(world["policy"], base=str(world["policy"]))
 
 
 def test_evaluate_resumes_an_interrupted_record(world, evaluated):

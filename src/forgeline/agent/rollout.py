@@ -44,7 +44,7 @@ from tqdm import tqdm
 from forgeline.agent.episode import (Episode, agent_config, config_digest, effective_context_limit,
                                      task_env)
 from forgeline.agent.rewards import summarize
-from forgeline.policy.engine import Engine, derive_seed
+from forgeline.policy.engine import Engine, add_engine_arguments, derive_seed, engine_from_args
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
@@ -234,11 +234,7 @@ def sample_seeds(root_seed: int, n: int) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="+", required=True, help="task JSONL file(s)")
-    parser.add_argument("--policy", help="a policy folder (HF weights + tokenizer) for the in-process engine")
-    parser.add_argument("--base-url", help="an OpenAI-compatible server instead (needs --model, --tokenizer)")
-    parser.add_argument("--model", help="the served model's name (with --base-url)")
-    parser.add_argument("--tokenizer", help="tokenizer folder (with --base-url)")
-    parser.add_argument("--name", help="the policy's name in the records (default: folder or model name)")
+    add_engine_arguments(parser)
     parser.add_argument("--samples", type=int, default=1, help="episodes per task (seeds 0..n-1 derived)")
     parser.add_argument("--out", required=True, help="the sorted episode JSONL")
     parser.add_argument("--partial", help="the resumable record (default: OUT.partial)")
@@ -251,19 +247,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    from forgeline.policy.engine import HFEngine, OpenAIEngine
-
     c = agent_config(cfg.data.get("agent"))
     torch.set_num_threads(max(1, args.threads))
-    if args.policy:
-        engine = HFEngine.from_pretrained(args.policy)
-        name = args.name or Path(args.policy).name
-    elif args.base_url and args.model and args.tokenizer:
-        from transformers import AutoTokenizer
-        engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
-        name = args.name or args.model
-    else:
-        raise SystemExit("give --policy DIR, or --base-url URL --model NAME --tokenizer DIR")
+    engine, name, loaded = engine_from_args(args, args.engine or ("openai" if args.base_url else "hf"))
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     seeds = sample_seeds(int(cfg["seed"]), args.samples)
     pairs = [(t, s) for t in tasks for s in seeds]
@@ -277,7 +263,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                           record_path=partial, policy=name,
                           test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
     write_jsonl(out, records)
-    manifest.notes = {"policy": name, "engine": type(engine).__name__, "pairs": len(pairs),
+    manifest.notes = {"policy": name, "engine": type(engine).__name__, "loaded": loaded, "pairs": len(pairs),
                       "summary": summarize(records, c["reward"]),
                       "ppo_valid": sum(r["ppo_valid"] for r in records)}
     manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])

@@ -23,7 +23,6 @@ function of task, seed, policy and config (with `agent.rollout.seeding: episode`
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,13 +30,12 @@ from typing import Any, Mapping, Sequence
 from forgeline.agent.episode import agent_config
 from forgeline.evaluation import evaluation_config
 from forgeline.agent.rollout import rollout, sample_seeds
-from forgeline.policy.engine import Engine
+from forgeline.policy.engine import add_engine_arguments, engine_from_args
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.evaluate"
-ADAPTER_CONFIG = "adapter_config.json"
 
 def episode_seeds(ev: Mapping[str, Any], root_seed: int) -> list[int]:
     """The k episode seeds: explicit ones, else sample_seeds(root seed, k) (the same for every
@@ -79,77 +77,12 @@ def task_results(episodes: Sequence[Mapping[str, Any]], policy: str, panel: str)
     return sorted(rows, key=lambda r: (r["instance_id"], r["seed"]))
 
 
-def adapter_base(adapter_config: Mapping[str, Any], override: str | None = None) -> str:
-    """The base model path of a PEFT adapter: `override` if given, else the adapter config's
-    base_model_name_or_path (an error when neither names one)."""
-    base = override or adapter_config.get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{ADAPTER_CONFIG} names no base_model_name_or_path: pass --base DIR")
-    return str(base)
-
-
-# -- loading a policy -----------------------------------------------------------------------
-
-def is_adapter(path: str | Path) -> bool:
-    return (Path(path) / ADAPTER_CONFIG).is_file()
-
-
-def load_hf_policy(path: str | Path, base: str | None = None, dtype: str = "float32") -> tuple[Engine, dict]:
-    """An HFEngine for an HF model folder or a PEFT adapter folder; and what was loaded
-    ({kind: model|adapter, path, base?})."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from forgeline.policy.engine import HFEngine
-
-    path = Path(path)
-    if not is_adapter(path):
-        if base:
-            raise ValueError(f"--base given but {path} is not a PEFT adapter (no {ADAPTER_CONFIG})")
-        return HFEngine.from_pretrained(path, dtype=dtype), {"kind": "model", "path": str(path)}
-    from peft import PeftModel
-
-    base_path = adapter_base(json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8")), base)
-    # an adapter saved with its tokenizer (e.g. added tokens) must use that one
-    tok_dir = path if (path / "tokenizer_config.json").is_file() else base_path
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, dtype))
-    model = PeftModel.from_pretrained(model, str(path), is_trainable=False)
-    return HFEngine(model, tokenizer), {"kind": "adapter", "path": str(path), "base": base_path,
-                                        "tokenizer": str(tok_dir)}
-
-
-def load_engine(args: argparse.Namespace, ev: Mapping[str, Any]) -> tuple[Engine, str, dict]:
-    """(engine, policy name, what was loaded) from the CLI arguments."""
-    engine_kind = args.engine or ev["engine"]
-    if engine_kind == "hf":
-        if not args.policy:
-            raise SystemExit("engine hf: give --policy DIR (an HF model folder or a PEFT adapter folder)")
-        engine, info = load_hf_policy(args.policy, args.base, str(ev["dtype"]))
-        return engine, args.name or Path(args.policy).name, info
-    if not (args.base_url and args.model and args.tokenizer):
-        raise SystemExit("engine openai: give --base-url URL --model NAME --tokenizer DIR")
-    from transformers import AutoTokenizer
-
-    from forgeline.policy.engine import OpenAIEngine
-
-    engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
-    return engine, args.name or args.model, {"kind": "openai", "base_url": args.base_url, "model": args.model,
-                                             "tokenizer": args.tokenizer}
-
-
 # -- the stage ------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="+", required=True, help="the panel: task JSONL file(s)")
     parser.add_argument("--panel", help="the panel's name in the results (default: first task file's stem)")
-    parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder (engine hf)")
-    parser.add_argument("--base", help="base model folder of a PEFT adapter (default: its base_model_name_or_path)")
-    parser.add_argument("--name", help="the policy's name in the results (default: folder or model name)")
-    parser.add_argument("--engine", choices=("hf", "openai"), help="override evaluation.engine")
-    parser.add_argument("--base-url", help="engine openai: the server (e.g. http://host:8000/v1)")
-    parser.add_argument("--model", help="engine openai: the served model's name")
-    parser.add_argument("--tokenizer", help="engine openai: the policy's tokenizer folder")
+    add_engine_arguments(parser)
     parser.add_argument("--out", required=True, help="per-task results JSONL")
     parser.add_argument("--episodes", help="episodes JSONL (default: OUT with .episodes.jsonl)")
     parser.add_argument("--partial", help="resumable episode record (default: OUT.partial)")
@@ -168,7 +101,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     ids = [t["instance_id"] for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"panel {panel}: duplicate instance_id in {args.tasks}")
-    engine, name, loaded = load_engine(args, ev)
+    engine, name, loaded = engine_from_args(args, args.engine or ev["engine"], str(ev["dtype"]))
     out = Path(args.out)
     episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
     partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")

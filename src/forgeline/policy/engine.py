@@ -24,6 +24,7 @@ The contract both keep:
 """
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import hashlib
 import json
@@ -35,7 +36,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -349,13 +351,71 @@ class OpenAIEngine(Engine):
             return [m["id"] for m in json.loads(resp.read().decode()).get("data", [])]
 
 
-def make_engine(kind: str, **kwargs) -> Engine:
-    """`hf` (model=, tokenizer= or path=) or `openai` (base_url=, model=, ...)."""
+
+# -- loading a policy (HF folder, PEFT adapter, or a served model) ----------------------------
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_base(adapter_config: Mapping[str, Any], override: str | None = None) -> str:
+    """The base model path of a PEFT adapter: `override` if given, else the adapter config's
+    base_model_name_or_path (an error when neither names one)."""
+    base = override or adapter_config.get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{ADAPTER_CONFIG} names no base_model_name_or_path: pass --base DIR")
+    return str(base)
+
+
+def is_adapter(path: str | Path) -> bool:
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def load_hf_policy(path: str | Path, base: str | None = None, dtype: str = "float32") -> tuple[Engine, dict]:
+    """An HFEngine for an HF model folder or a PEFT adapter folder; and what was loaded
+    ({kind: model|adapter, path, base?})."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not is_adapter(path):
+        if base:
+            raise ValueError(f"--base given but {path} is not a PEFT adapter (no {ADAPTER_CONFIG})")
+        return HFEngine.from_pretrained(path, dtype=dtype), {"kind": "model", "path": str(path)}
+    from peft import PeftModel
+
+    base_path = adapter_base(json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8")), base)
+    # an adapter saved with its tokenizer (e.g. added tokens) must use that one
+    tok_dir = path if (path / "tokenizer_config.json").is_file() else base_path
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, dtype))
+    model = PeftModel.from_pretrained(model, str(path), is_trainable=False)
+    return HFEngine(model, tokenizer), {"kind": "adapter", "path": str(path), "base": base_path,
+                                        "tokenizer": str(tok_dir)}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The policy/engine options of every stage that generates (agent-rollout, evaluate)."""
+    parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder (engine hf)")
+    parser.add_argument("--base", help="base model folder of a PEFT adapter (default: its base_model_name_or_path)")
+    parser.add_argument("--name", help="the policy's name in the records (default: folder or model name)")
+    parser.add_argument("--engine", choices=("hf", "openai"), help="hf (in-process) | openai (a server); "
+                        "default: the stage's config, else openai when --base-url is given")
+    parser.add_argument("--base-url", help="engine openai: the server (e.g. http://127.0.0.1:8000/v1)")
+    parser.add_argument("--model", help="engine openai: the served model's name")
+    parser.add_argument("--tokenizer", help="engine openai: the policy's tokenizer folder")
+
+
+def engine_from_args(args: argparse.Namespace, kind: str, dtype: str = "float32") -> tuple[Engine, str, dict]:
+    """(engine, policy name, what was loaded) from `add_engine_arguments`' options."""
     if kind == "hf":
-        if "path" in kwargs:
-            path = kwargs.pop("path")
-            return HFEngine.from_pretrained(path, **kwargs)
-        return HFEngine(**kwargs)
-    if kind == "openai":
-        return OpenAIEngine(**kwargs)
-    raise ValueError(f"unknown engine {kind!r}: expected 'hf' or 'openai'")
+        if not args.policy:
+            raise SystemExit("engine hf: give --policy DIR (an HF model folder or a PEFT adapter folder)")
+        engine, info = load_hf_policy(args.policy, args.base, dtype)
+        return engine, args.name or Path(args.policy).name, info
+    if not (args.base_url and args.model and args.tokenizer):
+        raise SystemExit("engine openai: give --base-url URL --model NAME --tokenizer DIR")
+    from transformers import AutoTokenizer
+
+    engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
+    return engine, args.name or args.model, {"kind": "openai", "base_url": args.base_url, "model": args.model,
+                                             "tokenizer": args.tokenizer}

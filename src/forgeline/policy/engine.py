@@ -307,7 +307,11 @@ class OpenAIEngine(Engine):
             req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read().decode())
+                    text = resp.read().decode()
+                try:
+                    return json.loads(text)
+                except ValueError:  # vLLM's /v1/{load,unload}_lora_adapter answer in plain text
+                    return {"text": text}
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode(errors="replace")[:2000]
                 if exc.code < 500:  # a bad request does not get better by retrying

@@ -76,6 +76,35 @@ def test_tokenizer_round_trip_special_tokens_and_determinism(corpus, tok):
         tk.train_bpe(corpus, 100)
 
 
+def test_words_split_gives_a_name_and_a_number_the_same_ids_everywhere(corpus):
+    """What the agent copies (a function name from the statement into a command, a path and a
+    line number from a tool output into the next call) is the same ids in every context with the
+    `words` pre-split; with Qwen's, a leading dot or space changes the first token."""
+    places = ["from `pkg.mod.unchanged`", 'grep -rn "def unchanged(" pkg', "pkg/mod.py:175:def unchanged(x):",
+              "nl -ba pkg/mod.py | sed -n '175,194p'", '{"path": "pkg/mod.py", "line": 175}']
+
+    words = tk.build_tokenizer(corpus, vocab_size=512, split="words")
+    qwen = tk.build_tokenizer(corpus, vocab_size=512)
+    for tok, same in ((words, True), (qwen, False)):
+        seen = {}
+        for text in places:
+            pieces = [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+            for name in ("unchanged", "175", "pkg"):
+                at = "".join(pieces).find(name)
+                if at < 0:
+                    continue
+                # the pieces that cover `name` (and what is glued to it)
+                out, pos = [], 0
+                for piece in pieces:
+                    if pos + len(piece) > at and pos < at + len(name):
+                        out.append(piece)
+                    pos += len(piece)
+                seen.setdefault(name, set()).add(tuple(out))
+        assert all(len(v) == 1 for v in seen.values()) == same, seen
+    with pytest.raises(ValueError, match="split"):
+        tk.train_bpe(corpus, 512, split="bytes")
+
+
 def test_corpus_selection_is_deterministic_and_capped():
     sizes = [(f"pkg/m{i}.py", 100 + i) for i in range(50)] + [("huge.py", 10_000)]
     chosen = tk.select_by_budget(sizes, max_bytes=1_000, max_file_bytes=5_000)

@@ -40,12 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     """Train the tokenizer on `corpus` and initialise the model; returns (tokenizer, model).
 
-    tok_params: vocab_size, min_frequency, model_max_length. model_params: the keyword
-    arguments of `tiny_qwen3_config` except vocab_size and token ids.
+    tok_params: vocab_size, min_frequency, model_max_length, split (optional: qwen).
+    model_params: the keyword arguments of `tiny_qwen3_config` except vocab_size and token ids.
     """
     tokenizer = build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
                                 min_frequency=int(tok_params["min_frequency"]),
-                                model_max_length=int(tok_params["model_max_length"]))
+                                model_max_length=int(tok_params["model_max_length"]),
+                                split=str(tok_params.get("split", "qwen")))
     config = tiny_qwen3_config(
         vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **model_params)
@@ -91,7 +92,8 @@ def run(cfg, args: argparse.Namespace) -> None:
     log.info("tokenizer corpus: %d files, %d characters", len(corpus), sum(len(f.text) for f in corpus))
     with manifest.timed("build"):
         tokenizer, model = build_policy(
-            corpus, {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length")},
+            corpus, {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length", "split")
+                     if k in tok_params},
             model_params, seed)
         special_ids = check_special_tokens(tokenizer)
     counts = parameter_count(model)

@@ -33,6 +33,13 @@ SPECIAL_TOKENS = CONTROL_TOKENS + MARKUP_TOKENS
 # single digits, punctuation runs, newlines and other whitespace.
 QWEN_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                       r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Copy-friendly pre-split: letters, groups of up to 3 digits, punctuation runs and whitespace are
+# each their own pre-token, so a name or a number is the same token ids wherever it stands
+# (after a dot in a statement, after a space in a command, at a line start in a tool output).
+# With Qwen's pattern a leading space or dot is glued to the word (`.un|changed` vs
+# ` un|changed`), and copying a name means mapping between different ids.
+WORDS_SPLIT_PATTERN = r"\p{L}+|\p{N}{1,3}|[^\s\p{L}\p{N}]+|\s+"
+SPLIT_PATTERNS = {"qwen": QWEN_SPLIT_PATTERN, "words": WORDS_SPLIT_PATTERN}
 
 # A Qwen3-style chat template. Differences from Qwen3's own, on purpose:
 # - assistant turns are rendered as written (Qwen3 drops the <think> block of turns before the
@@ -202,8 +209,10 @@ def corpus_digest(corpus: Sequence[CorpusFile]) -> str:
 
 # -- training -------------------------------------------------------------------------------
 
-def train_bpe(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_frequency: int = 2):
-    """Train a byte-level BPE `tokenizers.Tokenizer` on `corpus`; returns it.
+def train_bpe(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_frequency: int = 2,
+              split: str = "qwen"):
+    """Train a byte-level BPE `tokenizers.Tokenizer` on `corpus` with the pre-split `split`
+    (a key of SPLIT_PATTERNS); returns it.
 
     The vocabulary holds exactly `vocab_size` entries: the 3 control tokens (ids 0-2), the 256
     byte symbols, the learned merges, then the 6 tool/think markers (the last ids). Same corpus
@@ -212,6 +221,8 @@ def train_bpe(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_frequenc
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
     from tokenizers import pre_tokenizers, trainers
 
+    if split not in SPLIT_PATTERNS:
+        raise ValueError(f"split={split!r}: expected one of {sorted(SPLIT_PATTERNS)}")
     n_markup = len(MARKUP_TOKENS)
     floor = len(CONTROL_TOKENS) + 256 + n_markup
     if vocab_size < floor:
@@ -220,7 +231,7 @@ def train_bpe(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_frequenc
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False, fuse_unk=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(SPLIT_PATTERNS[split]), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -248,9 +259,9 @@ def wrap(tok, model_max_length: int = 4096):
 
 
 def build_tokenizer(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_frequency: int = 2,
-                    model_max_length: int = 4096):
+                    model_max_length: int = 4096, split: str = "qwen"):
     """Train and wrap in one step; returns a PreTrainedTokenizerFast."""
-    return wrap(train_bpe(corpus, vocab_size, min_frequency), model_max_length)
+    return wrap(train_bpe(corpus, vocab_size, min_frequency, split), model_max_length)
 
 
 def check_special_tokens(tokenizer) -> dict[str, int]:

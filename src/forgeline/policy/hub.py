@@ -9,7 +9,6 @@ downloading it if needed (`huggingface_hub.snapshot_download`). Reproducibility 
 - offline (HF_HUB_OFFLINE=1, or local_files_only=True) the snapshot must already be in the
   cache (HF_HUB_CACHE, else the hub's default), and it is checked: every cached LFS blob's
   sha256 must be its file name.
-`file_digests(folder)` gives the sha256 of every file, for the manifest.
 
 Stage `policy-hub` (`policy.base.source: hub`): resolves `policy.base.hub` and writes the
 snapshot's files into the base-policy folder (hard links into the hub cache where the file
@@ -123,13 +122,6 @@ def _snapshot_files(folder: Path) -> list[Path]:
     # `.cache/` holds the hub's bookkeeping when a snapshot was downloaded with local_dir
     return sorted(p for p in folder.rglob("*")
                   if p.is_file() and ".cache" not in p.relative_to(folder).parts)
-
-
-def file_digests(folder: str | os.PathLike) -> dict[str, str]:
-    """{relative posix path: sha256 of the content} for every file under `folder` (symlinks
-    followed, as in a hub snapshot; the hub's `.cache/` bookkeeping skipped), sorted by path."""
-    folder = Path(folder)
-    return {p.relative_to(folder).as_posix(): _sha256(p) for p in _snapshot_files(folder)}
 
 
 def verify_lfs_blobs(folder: str | os.PathLike) -> int:

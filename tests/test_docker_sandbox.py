@@ -260,8 +260,11 @@ def test_no_leftovers_when_the_owner_dies(docker_client, env, how):
     import os
     import signal
     from forgeline.sandbox.docker import LABEL_OWNER, remove_leftovers
+    # ^C as a terminal sends it: a child started from a non-interactive shell's background job
+    # (how CI runs) inherits SIGINT ignored, and Python then keeps ignoring it, rightly
     proc = subprocess.Popen([sys.executable, "-c", CHILD, env.repo, str(env.source), env.commit,
-                             env.image], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                             env.image], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def owned() -> set[str]:
         label = f"{LABEL_OWNER}={os.uname().nodename}:{proc.pid}"

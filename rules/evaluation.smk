@@ -35,7 +35,7 @@ rule evaluate:
         episodes="results/eval/{panel}/{policy}.episodes.jsonl",
         manifest="results/eval/{panel}/{policy}.manifest.json",
     params:
-        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "evaluation"),
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "evaluation"),
         base=lambda w, input: f"--base {input.base}" if input.base else "",
     wildcard_constraints:
         panel="|".join(PANELS),

@@ -100,7 +100,7 @@ rule difficulty:
         episodes="results/pool/{repo}.episodes.jsonl",
         manifest="results/pool/{repo}.manifest.json",
     params:
-        conf=params_of(config, "seed", "repos", "sandbox", "agent", "tasks.difficulty"),
+        conf=params_of(config, "seed", "repos", "sandbox", "agent", "serving", "tasks.difficulty"),
     wildcard_constraints:
         repo="|".join(POOL),
     log:

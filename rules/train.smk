@@ -13,7 +13,7 @@ rule offline_rollouts:
         episodes="results/rollouts/train.jsonl",
         manifest="results/rollouts/train.manifest.json",
     params:
-        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "train.rollouts"),
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.rollouts"),
     log:
         "logs/offline_rollouts.log",
     threads: 2
@@ -57,7 +57,7 @@ rule ppo:
     output:
         adapter=directory("results/adapter"),
     params:
-        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "train.ppo"),
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.ppo"),
     log:
         "logs/ppo.log",
     threads: 2

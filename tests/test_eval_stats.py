@@ -94,6 +94,6 @@ def test_means_ratios_and_p_text():
 def test_evaluation_config_checks():
     c = evaluation_config({"k": 2, "seeds": [3, 4]})
     assert c["k"] == 2 and c["base"] == "base" and c["alpha"] == 0.05
-    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"engine": "vllm"}, {"alpha": 1.5}, {"bogus": 1}):
+    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"alpha": 1.5}, {"bogus": 1}):
         with pytest.raises(ValueError):
             evaluation_config(bad)

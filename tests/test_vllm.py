@@ -2,16 +2,19 @@
 forgeline.policy.serve, checked through the engine the pipeline uses (OpenAIEngine):
 
 - the same seed gives the same tokens; logprobs equal a transformers forward pass (float32);
-- a PEFT LoRA adapter loaded at run time (train.ppo.load_adapter_into_vllm) changes the
+- a PEFT LoRA adapter loaded at run time (serve.load_lora_adapter) changes the
   logprobs, and they equal the PEFT model's; the base model still answers as before;
 - stopping the server leaves no process of its group; a server that cannot start raises with
-  its log's tail and leaves nothing running.
+  its log's tail and leaves nothing running;
+- a stage with `serving.engine: vllm` (agent-rollout on a PEFT adapter) starts its own server,
+  records episodes whose logprobs are the adapter's, and stops the server.
 
 The venv is made on first use (180-240 s here, ~3.4 GB; reused while envs/vllm-requirements.txt is
 unchanged); one server start serves every check. FORGELINE_VLLM_VENV puts the venv elsewhere.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -20,9 +23,10 @@ import pytest
 import torch
 
 from conftest import ROOT, unavailable
+from tiny_project import TINY_REPOS, write_repo
 from forgeline.policy import chat, init_stage, model as tiny, serve, tokenizer as tk
 from forgeline.policy.engine import OpenAIEngine
-from forgeline.train.ppo import load_adapter_into_vllm
+from forgeline.provenance import read_jsonl
 
 VENV = Path(os.environ.get(serve.VENV_ENV) or ROOT / ".venv-vllm")
 REQUIREMENTS = ROOT / "envs" / "vllm-requirements.txt"
@@ -185,7 +189,7 @@ def test_lora_adapter_loaded_at_run_time_changes_logprobs(server, adapter, lm, t
     prompts = _prompts(tok)
     before = base.generate(prompts, 16, temperature=TEMPERATURE, seed=9)
     tuned = OpenAIEngine(server.base_url, NAME, tokenizer=tok, concurrency=3, retries=0, timeout_s=120)
-    load_adapter_into_vllm(tuned, "tiny-lora-1", folder)
+    serve.load_lora_adapter(tuned, "tiny-lora-1", folder)
     assert tuned.model == "tiny-lora-1" and "tiny-lora-1" in tuned.models()
     after = tuned.generate(prompts, 16, temperature=TEMPERATURE, seed=9)
     shift, worst = 0.0, 0.0
@@ -199,7 +203,7 @@ def test_lora_adapter_loaded_at_run_time_changes_logprobs(server, adapter, lm, t
     # the base model is untouched, and a second adapter replaces the first (PPO's step loop)
     assert [g.token_ids for g in base.generate(prompts, 16, temperature=TEMPERATURE, seed=9)] == \
         [g.token_ids for g in before]
-    load_adapter_into_vllm(tuned, "tiny-lora-2", folder, previous="tiny-lora-1")
+    serve.load_lora_adapter(tuned, "tiny-lora-2", folder, previous="tiny-lora-1")
     served = tuned.models()
     assert "tiny-lora-2" in served and "tiny-lora-1" not in served
     assert [g.token_ids for g in tuned.generate(prompts, 16, temperature=TEMPERATURE, seed=9)] == \
@@ -229,3 +233,60 @@ def test_a_server_that_cannot_start_raises_with_its_log(vllm_python, tmp_path):
     assert str(tmp_path / "server.log") in str(info.value)
     assert "Traceback" in str(info.value) or "Error" in str(info.value)  # the log's tail is quoted
     assert serve.group_members(srv.pid) == []
+
+
+@pytest.mark.slow
+def test_a_stage_with_engine_vllm_serves_the_policy_itself(vllm_python, model_dir, adapter, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from forgeline.tasks.generate import make_patch
+
+    folder, peft_model = adapter
+    source, tests = TINY_REPOS["alpha"]
+    write_repo(tmp_path / "repos", "alpha", source, tests)
+    task = {"instance_id": "alpha.0000.op__add", "repo": "alpha", "image_name": "forgeline/alpha:0",
+            "patch": make_patch("alpha/__init__.py", source, source.replace("return a + b", "return a - b")),
+            "FAIL_TO_PASS": ["tests/test_alpha.py::test_add"], "PASS_TO_PASS": [],
+            "problem_statement": "`alpha.add` returns a wrong result."}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    (tmp_path / "over.yaml").write_text(yaml.safe_dump({
+        "repos": {"root": str(tmp_path / "repos")}, "sandbox": {"backend": "process"},
+        "agent": {"max_steps": 2, "max_new_tokens": 12, "context_limit": 1024},
+        "serving": {"engine": "vllm", "vllm": {"max_model_len": 1024, "max_lora_rank": LORA_RANK}}}))
+    out = tmp_path / "episodes.jsonl"
+    env = {**os.environ, serve.VENV_ENV: str(vllm_python.parent.parent)}
+    before = _vllm_processes()
+    subprocess.run([str(Path(sys.executable).parent / "forgeline"), "agent-rollout", "--config", "params.yaml",
+                    "--config", str(tmp_path / "over.yaml"), "--tasks", str(tmp_path / "tasks.jsonl"),
+                    "--policy", str(folder), "--base", str(model_dir), "--name", "tuned",
+                    "--samples", "2", "--out", str(out)], cwd=ROOT, env=env, check=True, timeout=900)
+    assert _vllm_processes() == before  # the stage stopped its server
+    manifest = json.loads(out.with_suffix(".manifest.json").read_text())
+    loaded = manifest["notes"]["loaded"]
+    assert loaded["kind"] == "vllm-adapter" and loaded["base"] == str(model_dir) and loaded["startup_s"] > 0
+    assert manifest["params"]["serving"]["engine"] == "vllm"
+    episodes = read_jsonl(out)
+    assert len(episodes) == 2 and {e["policy"] for e in episodes} == {"tuned"}
+    assert episodes[0]["turns"][0]["token_ids"] != episodes[1]["turns"][0]["token_ids"]  # two seeds
+    for rec in episodes:  # what the server sampled is the adapter's distribution (temperature 1)
+        tokens, mask = rec["tokens"], torch.tensor(rec["action_mask"][1:], dtype=torch.bool)
+        with torch.no_grad():
+            logits = peft_model(input_ids=torch.tensor([tokens])).logits[0, :-1]
+        ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        assert mask.any() and torch.allclose(ref[mask], torch.tensor(rec["logprobs"][1:])[mask], atol=1e-4)
+
+
+def _vllm_processes() -> set[int]:
+    """Pids of vLLM API servers running from this project's state folder."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "vllm.entrypoints.openai.api_server" in cmd:
+            pids.add(int(proc.name))
+    return pids

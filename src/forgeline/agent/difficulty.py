@@ -29,6 +29,9 @@ from typing import Any, Mapping, Sequence
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import summarize
 from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.policy.engine import open_engine
+from forgeline.policy.init_stage import stage_seed
+from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.tasks.repos import RepoSnapshot
@@ -188,8 +191,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    from forgeline.policy.engine import HFEngine
-
     d = difficulty_config(cfg.data.get("tasks", {}).get("difficulty"))
     a = agent_config(cfg.data.get("agent"))
     torch.set_num_threads(max(1, int(d["threads"])))
@@ -208,12 +209,14 @@ def run(cfg, args: argparse.Namespace) -> None:
     out = Path(args.out)
     episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
     partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-    engine = HFEngine.from_pretrained(args.policy)
-    name = Path(args.policy).name
-    manifest = Manifest(stage=STAGE, params={"tasks.difficulty": d, "agent": a}, seeds={"episodes": seeds},
-                        inputs=[*args.tasks, args.policy], code=stage_sources(__name__))
+    serving = serving_config(cfg.data.get("serving"))
+    manifest = Manifest(stage=STAGE, params={"tasks.difficulty": d, "agent": a, "serving": serving},
+                        seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=stage_sources(__name__))
     pairs = [(t, s) for t in tasks for s in seeds]
-    with manifest.timed("rollout"):
+    policy = argparse.Namespace(policy=args.policy, base=None, name=None, engine=None, base_url=None,
+                                model=None, tokenizer=None)
+    with manifest.timed("rollout"), \
+            open_engine(policy, serving, seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, _):
         episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=repos_root,
                            record_path=partial, policy=name,
                            test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))

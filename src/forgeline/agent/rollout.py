@@ -44,7 +44,9 @@ from tqdm import tqdm
 from forgeline.agent.episode import (Episode, agent_config, config_digest, effective_context_limit,
                                      task_env)
 from forgeline.agent.rewards import summarize
-from forgeline.policy.engine import Engine, add_engine_arguments, derive_seed, engine_from_args
+from forgeline.policy.engine import Engine, add_engine_arguments, derive_seed, open_engine
+from forgeline.policy.init_stage import stage_seed
+from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
@@ -249,22 +251,23 @@ def run(cfg, args: argparse.Namespace) -> None:
 
     c = agent_config(cfg.data.get("agent"))
     torch.set_num_threads(max(1, args.threads))
-    engine, name, loaded = engine_from_args(args, args.engine or ("openai" if args.base_url else "hf"))
-    tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
-    seeds = sample_seeds(int(cfg["seed"]), args.samples)
-    pairs = [(t, s) for t in tasks for s in seeds]
-    out = Path(args.out)
-    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-    inputs = [*args.tasks] + ([args.policy] if args.policy else [])
-    manifest = Manifest(stage=STAGE, params={"agent": c}, seeds={"samples": seeds}, inputs=inputs,
-                        code=stage_sources(__name__))
-    with manifest.timed("rollout"):
-        records = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), c, repos_root=cfg["repos"]["root"],
-                          record_path=partial, policy=name,
-                          test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
-    write_jsonl(out, records)
-    manifest.notes = {"policy": name, "engine": type(engine).__name__, "loaded": loaded, "pairs": len(pairs),
-                      "summary": summarize(records, c["reward"]),
-                      "ppo_valid": sum(r["ppo_valid"] for r in records)}
-    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
+    serving = serving_config(cfg.data.get("serving"))
+    with open_engine(args, serving, seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, loaded):
+        tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
+        seeds = sample_seeds(int(cfg["seed"]), args.samples)
+        pairs = [(t, s) for t in tasks for s in seeds]
+        out = Path(args.out)
+        partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+        inputs = [*args.tasks] + ([args.policy] if args.policy else [])
+        manifest = Manifest(stage=STAGE, params={"agent": c, "serving": serving}, seeds={"samples": seeds}, inputs=inputs,
+                            code=stage_sources(__name__))
+        with manifest.timed("rollout"):
+            records = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), c, repos_root=cfg["repos"]["root"],
+                              record_path=partial, policy=name,
+                              test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+        write_jsonl(out, records)
+        manifest.notes = {"policy": name, "engine": type(engine).__name__, "loaded": loaded, "pairs": len(pairs),
+                          "summary": summarize(records, c["reward"]),
+                          "ppo_valid": sum(r["ppo_valid"] for r in records)}
+        manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
     partial.unlink(missing_ok=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-# Keys of the config section `evaluation`. `policies`, `panels` and `openai` name what the
-# workflow runs (the rules read them); `evaluate` reads k, seeds, engine, threads, dtype;
+# Keys of the config section `evaluation`. `policies` and `panels` name what the workflow
+# runs (the rules read them); `evaluate` reads k, seeds, threads, dtype (the engine: `serving`);
 # `tables` reads base, alpha, confidence.
 DEFAULTS: dict[str, Any] = {
     "base": "base",          # name of the policy the others are compared with (tables)
@@ -22,8 +22,6 @@ DEFAULTS: dict[str, Any] = {
     "panels": {},            # name -> [task JSONL files] (workflow)
     "k": 1,                  # samples (episodes) per task
     "seeds": None,           # explicit episode seeds (k of them); null = sample_seeds(seed, k)
-    "engine": "hf",          # hf (in-process transformers) | openai (an OpenAI-compatible server)
-    "openai": {},            # {base_url, tokenizer}: for engine openai (workflow)
     "alpha": 0.05,           # significance level of the verdicts (tables)
     "confidence": 0.95,      # level of the success-rate intervals (tables)
     "threads": 1,            # torch threads (hf engine)
@@ -42,8 +40,6 @@ def evaluation_config(section: Mapping[str, Any] | None = None) -> dict[str, Any
         raise ValueError("evaluation.k must be >= 1")
     if out["seeds"] is not None and len(out["seeds"]) != int(out["k"]):
         raise ValueError(f"evaluation.seeds: {len(out['seeds'])} seeds for k={out['k']}")
-    if out["engine"] not in ("hf", "openai"):
-        raise ValueError(f"evaluation.engine={out['engine']!r}: expected hf or openai")
     if not 0 < float(out["alpha"]) < 1 or not 0 < float(out["confidence"]) < 1:
         raise ValueError("evaluation.alpha and evaluation.confidence must lie in (0, 1)")
     return out

@@ -30,7 +30,9 @@ from typing import Any, Mapping, Sequence
 from forgeline.agent.episode import agent_config
 from forgeline.evaluation import evaluation_config
 from forgeline.agent.rollout import rollout, sample_seeds
-from forgeline.policy.engine import add_engine_arguments, engine_from_args
+from forgeline.policy.engine import add_engine_arguments, open_engine
+from forgeline.policy.init_stage import stage_seed
+from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 
@@ -101,29 +103,30 @@ def run(cfg, args: argparse.Namespace) -> None:
     ids = [t["instance_id"] for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"panel {panel}: duplicate instance_id in {args.tasks}")
-    engine, name, loaded = engine_from_args(args, args.engine or ev["engine"], str(ev["dtype"]))
-    out = Path(args.out)
-    episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
-    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-    # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
-    inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
-    manifest = Manifest(stage=STAGE, params={"evaluation": {key: ev[key] for key in ("k", "seeds", "engine", "dtype")},
-                                             "agent": a},
-                        seeds={"episodes": seeds}, inputs=inputs, code=stage_sources(__name__))
-    pairs = [(t, s) for t in tasks for s in seeds]
-    log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
-    with manifest.timed("rollout"):
-        episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=cfg["repos"]["root"],
-                           record_path=partial, policy=name,
-                           test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
-    results = task_results(episodes, name, panel)
-    write_jsonl(out, results)
-    write_jsonl(episodes_path, episodes)
-    resolved = sum(r["resolved"] for r in results)
-    manifest.notes = {"policy": name, "panel": panel, "loaded": loaded, "engine": type(engine).__name__,
-                      "episodes": len(results), "resolved": resolved,
-                      "success_rate": resolved / len(results) if results else 0.0,
-                      "wall_s_is_machine_dependent": True}
-    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out, episodes_path])
+    serving = serving_config(cfg.data.get("serving"))
+    with open_engine(args, serving, str(ev["dtype"]), seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, loaded):
+        out = Path(args.out)
+        episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
+        partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+        # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
+        inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
+        manifest = Manifest(stage=STAGE, params={"evaluation": {key: ev[key] for key in ("k", "seeds", "dtype")},
+                                                 "agent": a, "serving": serving},
+                            seeds={"episodes": seeds}, inputs=inputs, code=stage_sources(__name__))
+        pairs = [(t, s) for t in tasks for s in seeds]
+        log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
+        with manifest.timed("rollout"):
+            episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=cfg["repos"]["root"],
+                               record_path=partial, policy=name,
+                               test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+        results = task_results(episodes, name, panel)
+        write_jsonl(out, results)
+        write_jsonl(episodes_path, episodes)
+        resolved = sum(r["resolved"] for r in results)
+        manifest.notes = {"policy": name, "panel": panel, "loaded": loaded, "engine": type(engine).__name__,
+                          "episodes": len(results), "resolved": resolved,
+                          "success_rate": resolved / len(results) if results else 0.0,
+                          "wall_s_is_machine_dependent": True}
+        manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out, episodes_path])
     partial.unlink(missing_ok=True)
     log.info("evaluate %s on %s: %d/%d resolved", name, panel, resolved, len(results))

@@ -7,6 +7,9 @@
 - `OpenAIEngine`: an OpenAI-compatible HTTP server's /v1/completions (vLLM serving the real
   8B policy, or the tiny one). Standard library only (urllib).
 
+`open_engine` picks one for a stage from `--engine`/`--base-url` or the config's `serving`
+section; with `vllm` it starts the server (forgeline.policy.serve) for the stage's run.
+
 The contract both keep:
 - prompts are token-id lists (what the agent loop holds) or strings (tokenized without extra
   special tokens);
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import logging
@@ -399,18 +403,20 @@ def load_hf_policy(path: str | Path, base: str | None = None, dtype: str = "floa
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The policy/engine options of every stage that generates (agent-rollout, evaluate)."""
-    parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder (engine hf)")
+    parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder")
     parser.add_argument("--base", help="base model folder of a PEFT adapter (default: its base_model_name_or_path)")
     parser.add_argument("--name", help="the policy's name in the records (default: folder or model name)")
-    parser.add_argument("--engine", choices=("hf", "openai"), help="hf (in-process) | openai (a server); "
-                        "default: the stage's config, else openai when --base-url is given")
+    parser.add_argument("--engine", choices=("hf", "vllm", "openai"),
+                        help="hf (in-process) | vllm (a server started for this run) | openai (a "
+                        "running server); default: openai with --base-url, else the config's serving.engine")
     parser.add_argument("--base-url", help="engine openai: the server (e.g. http://127.0.0.1:8000/v1)")
     parser.add_argument("--model", help="engine openai: the served model's name")
     parser.add_argument("--tokenizer", help="engine openai: the policy's tokenizer folder")
 
 
 def engine_from_args(args: argparse.Namespace, kind: str, dtype: str = "float32") -> tuple[Engine, str, dict]:
-    """(engine, policy name, what was loaded) from `add_engine_arguments`' options."""
+    """(engine, policy name, what was loaded) from `add_engine_arguments`' options, for the
+    engines that need no server of their own (hf, openai)."""
     if kind == "hf":
         if not args.policy:
             raise SystemExit("engine hf: give --policy DIR (an HF model folder or a PEFT adapter folder)")
@@ -423,3 +429,37 @@ def engine_from_args(args: argparse.Namespace, kind: str, dtype: str = "float32"
     engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
     return engine, args.name or args.model, {"kind": "openai", "base_url": args.base_url, "model": args.model,
                                              "tokenizer": args.tokenizer}
+
+
+@contextlib.contextmanager
+def open_engine(args: argparse.Namespace, serving: Mapping[str, Any], dtype: str = "float32", seed: int = 0):
+    """`with open_engine(args, serving_config(cfg["serving"])) as (engine, name, loaded):` the
+    engine a generating stage runs, chosen by --engine, else --base-url (openai), else
+    `serving.engine`. Engine vllm starts a server on 127.0.0.1 for the block (seeded with `seed`)
+    and stops it after, also on errors; a PEFT adapter is served on its base with the adapter
+    loaded at run time, as PPO does."""
+    kind = args.engine or ("openai" if args.base_url else serving["engine"])
+    if kind == "openai" and not args.base_url:
+        args.base_url, args.model = serving["base_url"], args.model or serving["served_model"]
+        args.tokenizer = args.tokenizer or args.policy
+    if kind != "vllm":
+        yield engine_from_args(args, kind, dtype)
+        return
+    from transformers import AutoTokenizer
+
+    from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options
+
+    if not args.policy:
+        raise SystemExit("engine vllm: give --policy DIR (an HF model folder or a PEFT adapter folder)")
+    adapter = is_adapter(args.policy)
+    model = adapter_base(json.loads((Path(args.policy) / ADAPTER_CONFIG).read_text(encoding="utf-8")),
+                         args.base) if adapter else args.policy
+    name = args.name or Path(args.policy).name
+    options = serve_options(serving["vllm"], seed, enable_lora=adapter)
+    server = VLLMServer(model, "base", options, startup_timeout_s=float(serving["vllm"]["startup_timeout_s"]))
+    with server as url:
+        engine = OpenAIEngine(url, "base", tokenizer=AutoTokenizer.from_pretrained(model))
+        if adapter:
+            load_lora_adapter(engine, name, args.policy)
+        yield engine, name, {"kind": "vllm-adapter" if adapter else "vllm", "path": str(args.policy),
+                             **({"base": str(model)} if adapter else {}), "startup_s": round(server.startup_s, 1)}

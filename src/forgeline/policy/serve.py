@@ -149,7 +149,7 @@ class ServeOptions:
     enable_lora: bool = False
     """serve LoRA adapters loaded at run time (`--enable-lora`,
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; POST /v1/load_lora_adapter, as
-    train.ppo.load_adapter_into_vllm does)."""
+    `load_lora_adapter` does)."""
     max_lora_rank: int = 32
     """the largest adapter rank the server accepts (`--max-lora-rank`, one of 1, 8, 16, 32, 64,
     128, 256, 320, 512 in vLLM 0.32; the experiment uses 32)."""
@@ -177,6 +177,55 @@ class ServeOptions:
     ships top_k=20, temperature=0.6), as HFEngine does; requests say exactly how to sample."""
     extra_args: tuple[str, ...] = ()
     """anything else for the server, appended verbatim (e.g. ("--enforce-eager",))."""
+
+
+# The config section `serving`: how every stage that generates (difficulty, offline rollouts,
+# PPO, evaluation) runs the policy.
+SERVING_DEFAULTS: dict = {
+    "engine": "hf",           # hf (in-process) | vllm (the stage starts and stops a server) | openai
+    "base_url": None,         # engine openai: a server already running
+    "served_model": None,     # engine openai: its model name (an adapter's name for a PEFT policy)
+    "vllm": {                 # engine vllm: ServeOptions
+        "dtype": "float32", "kv_cache_gib": 1.0, "max_model_len": None, "chunked_prefill": False,
+        "max_num_batched_tokens": None, "max_lora_rank": 32, "startup_timeout_s": 900.0,
+        "extra_args": [],
+    },
+}
+ENGINES = ("hf", "vllm", "openai")
+
+
+def serving_config(section: Mapping | None = None) -> dict:
+    """SERVING_DEFAULTS overlaid by the config's `serving` section, checked."""
+    from forgeline.config import with_defaults
+
+    out = with_defaults(SERVING_DEFAULTS, section, "serving")
+    if out["engine"] not in ENGINES:
+        raise ValueError(f"serving.engine={out['engine']!r}: expected one of {', '.join(ENGINES)}")
+    if out["engine"] == "openai" and not (out["base_url"] and out["served_model"]):
+        raise ValueError("serving.engine openai needs serving.base_url and serving.served_model")
+    return out
+
+
+def serve_options(vllm: Mapping, seed: int = 0, enable_lora: bool = False) -> ServeOptions:
+    """ServeOptions from the `serving.vllm` section."""
+    return ServeOptions(dtype=str(vllm["dtype"]), seed=int(seed), enable_lora=enable_lora,
+                        max_lora_rank=int(vllm["max_lora_rank"]), kv_cache_gib=float(vllm["kv_cache_gib"]),
+                        max_model_len=vllm["max_model_len"], chunked_prefill=bool(vllm["chunked_prefill"]),
+                        max_num_batched_tokens=vllm["max_num_batched_tokens"],
+                        extra_args=tuple(vllm["extra_args"]))
+
+
+def load_lora_adapter(engine, name: str, path: Path | str, previous: str | None = None) -> None:
+    """Serve PEFT adapter folder `path` as model `name` in the vLLM server behind `engine` (an
+    OpenAIEngine; POST /v1/load_lora_adapter, the server started with enable_lora and reading
+    `path` from a shared file system), unload `previous`, and point the engine at `name`."""
+    engine._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(path).resolve())})
+    if previous and previous != name:
+        try:
+            engine._post("/v1/unload_lora_adapter", {"lora_name": previous})
+        except Exception as exc:  # a stale adapter costs memory only
+            log.warning("could not unload adapter %s: %s", previous, exc)
+    engine.model = name
 
 
 def server_command(python: Path | str, model: Path | str, served_model_name: str, port: int,

@@ -36,6 +36,7 @@ manifest. Checkpoints (`--checkpoints`, default OUT-checkpoints; in it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -57,6 +58,7 @@ from forgeline.config import with_defaults
 from forgeline.policy.engine import HFEngine, OpenAIEngine, derive_seed
 from forgeline.policy.init_stage import stage_seed
 from forgeline.policy.model import LORA_TARGET_MODULES
+from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options, serving_config
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl,
                                   sha256_file, stage_sources, write_json)
 from forgeline.sandbox import get_sandbox
@@ -615,22 +617,6 @@ def plot_log(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     return paths
 
 
-# -- the openai engine: the adapter into the running vLLM server --------------------------
-
-def load_adapter_into_vllm(engine: OpenAIEngine, name: str, path: str | Path, previous: str | None = None) -> None:
-    """Serve adapter `path` as model `name` in the vLLM server behind `engine` (POST
-    /v1/load_lora_adapter; the server runs with --enable-lora and
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and reads `path` from a shared file system), unload
-    `previous`, and point the engine's requests at `name`."""
-    engine._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(path).resolve())})
-    if previous and previous != name:
-        try:
-            engine._post("/v1/unload_lora_adapter", {"lora_name": previous})
-        except Exception as exc:  # a stale adapter costs memory only; keep training
-            log.warning("could not unload adapter %s: %s", previous, exc)
-    engine.model = name
-
-
 # -- the stage ------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -697,8 +683,23 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
+    serving = serving_config(cfg.data.get("serving"))
+    args.engine = "openai" if args.base_url else serving["engine"]
     try:
-        _run(cfg, args)
+        with contextlib.ExitStack() as stack:
+            if args.engine == "openai" and not args.base_url:
+                args.base_url, args.served_model = serving["base_url"], serving["served_model"]
+            elif args.engine == "vllm":
+                if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                    raise SystemExit("serving.engine vllm starts one server per process; under torchrun "
+                                     "start one yourself and use engine openai (serving.base_url)")
+                # the base policy, with the adapter of each step loaded into it at run time
+                args.served_model = "base"
+                options = serve_options(serving["vllm"], stage_seed(int(cfg["seed"]), STAGE), enable_lora=True)
+                args.base_url = stack.enter_context(VLLMServer(
+                    args.policy, args.served_model, options,
+                    startup_timeout_s=float(serving["vllm"]["startup_timeout_s"])))
+            _run(cfg, args)
     finally:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
@@ -763,7 +764,7 @@ def _run(cfg, args: argparse.Namespace) -> None:
                 live = ckpt_root / "live" / f"step-{step:06d}"
                 if rank == 0:
                     save_adapter(actor, live)
-                    load_adapter_into_vllm(engine, f"{name}-ppo-{step}", live, served)
+                    load_lora_adapter(engine, f"{name}-ppo-{step}", live, served)
                 _barrier(world)
                 served = engine.model = f"{name}-ppo-{step}"
             pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, step, seed, int(c["tasks_per_step"]),
@@ -792,7 +793,7 @@ def _run(cfg, args: argparse.Namespace) -> None:
                           "kept": sum(r["kept"] for r in rows),
                           "drops": {g: sum(r["drops"][g] for r in rows) for g in GATES},
                           "last": {k: last.get(k) for k in ("reward_mean", "success_rate", "kl", "ev")},
-                          "engine": "openai" if args.base_url else "hf", "fingerprint": fingerprint}
+                          "engine": args.engine, "fingerprint": fingerprint}
         manifest.write(Path(args.manifest) if args.manifest else out / MANIFEST_NAME, outputs=outputs)
         log.info("ppo: %d steps; adapter in %s", steps, out)
     _barrier(world)

@@ -17,6 +17,14 @@ best wall time, the tokens generated (eos can end a sample early, so counts may 
 generated tokens/s, the ratio vLLM/hf, and, separately, the venv check and server start-up.
 The model is --policy DIR or a fresh random one of params.yaml's `policy.init.model` shape with a
 1,024-token BPE trained here (speed does not depend on what the weights say).
+
+With `--tasks F.jsonl` (validated tasks, e.g. results/validated/gridpath.jsonl after `make run`'s
+task front) it also runs real agent episodes with each engine, side by side: `--episodes` (task,
+seed) pairs through `agent.rollout` (params.yaml's agent settings, `rollout.concurrency` episodes
+at once) in the `--sandbox` backend, and reports episodes/min, generated tokens/s over the whole
+rollout and the time share of generation (the union of the engine's busy intervals) vs the
+sandbox (tool calls and the verifier not hidden behind generation). Use a trained --policy for
+this part: a random one ends every episode after a few malformed calls.
 """
 from __future__ import annotations
 
@@ -71,6 +79,25 @@ def timed(engine, prompts, new_tokens: int, seed: int, repeats: int) -> dict:
             "runs": [{"wall_s": w, "tokens": t} for w, t in runs]}
 
 
+def episodes_run(engine, pairs, sandbox, agent: dict, name: str) -> dict:
+    """One real rollout of `pairs`; episodes/min, generated tokens/s, generation vs sandbox time."""
+    from forgeline.agent.rollout import rollout
+    from forgeline.train.ppo import GenerationClock
+
+    clock = GenerationClock(engine)
+    t0 = time.perf_counter()
+    records = rollout(pairs, clock, sandbox, agent, repos_root=ROOT / "data" / "repos", policy=name,
+                      progress=False)
+    wall = time.perf_counter() - t0
+    generated = sum(r["stats"]["generated_tokens"] for r in records)
+    gen = min(wall, clock.busy_s())
+    return {"episodes": len(records), "wall_s": wall, "episodes_per_min": 60 * len(records) / wall,
+            "generated_tokens": generated, "tok_per_s": generated / wall, "generation_s": gen,
+            "generation_share": gen / wall, "sandbox_share": 1 - gen / wall,
+            "steps": sum(r["stats"]["steps"] for r in records),
+            "outcomes": {o: sum(r["outcome"] == o for r in records) for o in sorted({r["outcome"] for r in records})}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=32)
@@ -80,6 +107,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch threads of the hf engine (default: all cores, as vLLM uses)")
     ap.add_argument("--policy", help="a policy folder (default: a fresh tiny model of params.yaml's shape)")
+    ap.add_argument("--tasks", help="validated task JSONL: also run real episodes with each engine")
+    ap.add_argument("--episodes", type=int, default=16, help="(task, seed) pairs of the episode part")
+    ap.add_argument("--sandbox", default="process", choices=("process", "docker"))
     ap.add_argument("--json", default=str(ROOT / "bench" / "out" / "rollout_engines.json"))
     a = ap.parse_args()
 
@@ -102,23 +132,51 @@ def main() -> int:
           f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens x {a.new_tokens} new tokens, "
           f"T=1, {a.repeats} timed run(s) each", flush=True)
 
+    pairs, agent, sandbox = [], None, None
+    if a.tasks:
+        import yaml
+
+        from forgeline.agent.episode import agent_config
+        from forgeline.agent.rollout import sample_seeds
+        from forgeline.provenance import read_jsonl
+        from forgeline.sandbox import get_sandbox
+
+        cfg = yaml.safe_load((ROOT / "params.yaml").read_text())
+        agent = agent_config(cfg["agent"])
+        tasks = sorted(read_jsonl(a.tasks), key=lambda t: t["instance_id"])
+        seeds = sample_seeds(int(cfg["seed"]), -(-a.episodes // len(tasks)))
+        pairs = [(t, s) for s in seeds for t in tasks][:a.episodes]
+        sandbox = get_sandbox({**cfg["sandbox"], "backend": a.sandbox})
     rows = {"hf": timed(hf, prompts, a.new_tokens, a.seed, a.repeats)}
+    episodes = {"hf": episodes_run(hf, pairs, sandbox, agent, "hf")} if pairs else {}
     del hf
     t0 = time.perf_counter()
     python = ensure_vllm_venv(ROOT / ".venv-vllm", ROOT / "envs" / "vllm-requirements.txt")
     venv_s = time.perf_counter() - t0
-    context = max(map(len, prompts)) + a.new_tokens + 64
+    # episodes need the model's whole context; the prompt batch alone needs only its own
+    context = None if pairs else max(map(len, prompts)) + a.new_tokens + 64
     server = VLLMServer(policy, "policy", ServeOptions(seed=a.seed, max_model_len=context), python=python,
                         state_dir=ROOT / ".forgeline" / "vllm")
     with server as url:
         engine = OpenAIEngine(url, "policy", tokenizer=tok, concurrency=len(prompts), retries=0)
         rows["vllm"] = timed(engine, prompts, a.new_tokens, a.seed, a.repeats)
+        if pairs:
+            engine.concurrency = int(agent["rollout"]["concurrency"])
+            episodes["vllm"] = episodes_run(engine, pairs, sandbox, agent, "vllm")
     load_after = os.getloadavg()
 
     print("\n| engine | wall s | generated tokens | tokens/s | ratio vs hf |\n|---|---|---|---|---|")
     for name, row in rows.items():
         ratio = row["tok_per_s"] / rows["hf"]["tok_per_s"]
         print(f"| {name} | {row['wall_s']:.2f} | {row['tokens']} | {row['tok_per_s']:,.0f} | {ratio:.2f} |")
+    if episodes:
+        print(f"\nReal episodes: {len(pairs)} (task, seed) pairs of {a.tasks}, {a.sandbox} sandbox, "
+              f"{agent['rollout']['concurrency']} at once\n\n| engine | wall s | episodes/min | generated tokens "
+              "| tokens/s | generation share | sandbox share | steps | outcomes |\n|---|---|---|---|---|---|---|---|---|")
+        for name, row in episodes.items():
+            print(f"| {name} | {row['wall_s']:.1f} | {row['episodes_per_min']:.1f} | {row['generated_tokens']} | "
+                  f"{row['tok_per_s']:,.0f} | {row['generation_share']:.0%} | {row['sandbox_share']:.0%} | "
+                  f"{row['steps']} | {row['outcomes']} |")
     print(f"\nvLLM server start-up (process start -> /v1/models answers): {server.startup_s:.1f} s; "
           f"venv check/install: {venv_s:.1f} s; hf torch threads: {a.threads}")
     print(f"load average (1/5/15 min): before {'/'.join(f'{x:.2f}' for x in load_before)}, "
@@ -127,7 +185,8 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "policy": str(policy), "parameters": params, "prompts": len(prompts), "new_tokens": a.new_tokens,
-        "repeats": a.repeats, "hf_threads": a.threads, "engines": rows, "vllm_startup_s": server.startup_s,
+        "repeats": a.repeats, "hf_threads": a.threads, "engines": rows, "episodes": episodes,
+        "tasks": a.tasks, "sandbox": a.sandbox, "vllm_startup_s": server.startup_s,
         "venv_s": venv_s, "load_before": load_before, "load_after": load_after,
         "python": sys.version.split()[0]}, indent=2) + "\n")
     print(f"wrote {out}")

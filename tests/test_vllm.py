@@ -7,7 +7,8 @@ forgeline.policy.serve, checked through the engine the pipeline uses (OpenAIEngi
 - stopping the server leaves no process of its group; a server that cannot start raises with
   its log's tail and leaves nothing running;
 - a stage with `serving.engine: vllm` (agent-rollout on a PEFT adapter) starts its own server,
-  records episodes whose logprobs are the adapter's, and stops the server.
+  records episodes whose logprobs are the adapter's, and stops the server; PPO with it loads
+  each step's adapter into its server and generates with it.
 
 The venv is made on first use (180-240 s here, ~3.4 GB; reused while envs/vllm-requirements.txt is
 unchanged); one server start serves every check. FORGELINE_VLLM_VENV puts the venv elsewhere.
@@ -23,11 +24,13 @@ import pytest
 import torch
 
 from conftest import ROOT, unavailable
+from tiny_models import direct_python
 from tiny_project import TINY_REPOS, write_repo
 from forgeline.policy import chat, init_stage, model as tiny, serve, tokenizer as tk
 from forgeline.policy.engine import OpenAIEngine
 from forgeline.provenance import read_jsonl
 
+__all__ = ["direct_python"]  # a fixture from tiny_models: `python3` in the sandbox has pytest
 VENV = Path(os.environ.get(serve.VENV_ENV) or ROOT / ".venv-vllm")
 REQUIREMENTS = ROOT / "envs" / "vllm-requirements.txt"
 STATE = ROOT / ".forgeline" / "vllm"
@@ -290,3 +293,42 @@ def _vllm_processes() -> set[int]:
         if "vllm.entrypoints.openai.api_server" in cmd:
             pids.add(int(proc.name))
     return pids
+
+
+@pytest.mark.slow
+def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, model_dir, tmp_path, monkeypatch):
+    import argparse
+
+    from forgeline.config import Config
+    from forgeline.train import critic, ppo
+    from test_critic import make_tasks
+
+    for name in ("alpha", "beta", "gamma"):
+        write_repo(tmp_path / "repos", name, *TINY_REPOS[name])
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in make_tasks()))
+    (tmp_path / "critic").mkdir()
+    critic.save_value_model(critic.init_value_model(model_dir, init_value=-0.2), tmp_path / "critic")
+    data = {"seed": 3, "repos": {"root": str(tmp_path / "repos")},
+            "sandbox": {"backend": "process", "test_timeout_s": 60},
+            "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 1024,
+                      "rollout": {"concurrency": 2}},
+            "serving": {"engine": "vllm", "vllm": {"max_model_len": 1024, "max_lora_rank": LORA_RANK}},
+            "train": {"ppo": {"steps": 2, "tasks_per_step": 2, "checkpoint_every": 1, "actor_lr": 1e-2,
+                              "lora": {"r": LORA_RANK}}}}
+    monkeypatch.setenv(serve.VENV_ENV, str(vllm_python.parent.parent))
+    monkeypatch.chdir(ROOT)  # the server's state folder: .forgeline/vllm of the project
+    loaded: list[str] = []
+    real_load = serve.load_lora_adapter
+    monkeypatch.setattr(ppo, "load_lora_adapter", lambda engine, name, path, previous=None: (
+        loaded.append(name), real_load(engine, name, path, previous)))
+    out = tmp_path / "adapter"
+    before = _vllm_processes()
+    ppo.run(Config(data=data), argparse.Namespace(
+        policy=str(model_dir), critic=str(tmp_path / "critic"), tasks=[str(tmp_path / "tasks.jsonl")],
+        out=str(out), checkpoints=str(tmp_path / "ckpt"), manifest=None, stop_after=0, base_url=None,
+        served_model=None))
+    assert _vllm_processes() == before  # the run stopped its server
+    notes = json.loads((out / "manifest.json").read_text())["notes"]
+    assert notes["engine"] == "vllm" and notes["episodes"] == 4
+    assert loaded == [f"{model_dir.name}-ppo-1", f"{model_dir.name}-ppo-2"]  # each step's adapter served
+    assert (out / "adapter_model.safetensors").is_file()

@@ -725,7 +725,9 @@ def _run(cfg, args: argparse.Namespace) -> None:
     fingerprint = run_fingerprint(c, a, task_ids, inputs)
     # one folder per (config, pool, inputs): an interrupted run resumes, a changed one starts afresh
     ckpt_root = ckpt_root / fingerprint[:16]
-    manifest = Manifest(stage=STAGE, params={"train.ppo": c, "agent": a}, seeds={"ppo": seed},
+    manifest = Manifest(stage=STAGE, params={"train.ppo": c, "agent": a,
+                                             "serving": serving_config(cfg.data.get("serving"))},
+                        seeds={"ppo": seed},
                         inputs=[args.policy, args.critic, *args.tasks], code=stage_sources(__name__))
 
     tokenizer = AutoTokenizer.from_pretrained(args.policy)

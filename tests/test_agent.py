@@ -94,7 +94,7 @@ def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, 
     task = world["alpha"]
     rec = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["alpha"])
     assert rec["outcome"] == "resolved" and rec["exit_status"] == "submitted" and rec["source"] == "oracle"
-    assert rec["oracle_actions"] == ["bash", "bash", "edit", "bash", "submit"]
+    assert rec["oracle_actions"] == ["bash", "edit", "bash", "submit"]
     assert rec["verdict"]["resolved"] and rec["verdict"]["fail_to_pass"] == {"passed": 2, "total": 2}
     assert "+    return a + b" in rec["submission"]
     # token alignment: prefix-consistent with the chat template, ids and text
@@ -107,16 +107,16 @@ def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, 
         assert rec["tokens"][a:b] == turn["token_ids"] and turn["labels"]["well_formed_call"]
     # real tool outputs: the grep found the function, the tests ran and passed
     outputs = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
-    assert "alpha/__init__.py:1:def add(a, b):" in outputs[0]
-    assert "return a - b" in outputs[1] and outputs[2] == "edited alpha/__init__.py"
-    assert outputs[3].startswith("exit code: 0") and "2 passed" in outputs[3] and " in 0." not in outputs[3]
-    assert rec["turns"][3]["labels"]["tests_improved"] is True
+    assert "alpha/__init__.py:1:def add(a, b):\n" in outputs[0] and "alpha/__init__.py-3-    return a - b" in outputs[0]
+    assert outputs[1] == "edited alpha/__init__.py"
+    assert outputs[2].startswith("exit code: 0") and " passed" in outputs[2] and " in 0." not in outputs[2]
+    assert rec["turns"][2]["labels"]["tests_improved"] is True
     json.dumps(rec)
     # mini-swe-agent export
     paths = trajectory.export_trajectories([rec], tmp_path)
     traj = json.loads((tmp_path / task["instance_id"] / f"{task['instance_id']}.traj.json").read_text())
     assert traj["info"]["exit_status"] == "submitted" and traj["info"]["submission"] == rec["submission"]
-    assert traj["info"]["model_stats"]["api_calls"] == 5 == traj["info"]["model_stats"]["steps"]
+    assert traj["info"]["model_stats"]["api_calls"] == 4 == traj["info"]["model_stats"]["steps"]
     assert traj["info"]["model_stats"]["input_tokens"] == rec["stats"]["input_tokens"]
     assert [m["role"] for m in traj["messages"]][:4] == ["system", "user", "assistant", "user"]
     preds = json.loads((tmp_path / "preds.json").read_text())
@@ -154,6 +154,22 @@ def test_line_scoped_fix_names_only_the_changed_tokens():
     assert ep_mod.apply_edit(clean, "b", "c", 2) is None          # twice in line 2
     assert ep_mod.apply_edit(clean, "a", "c", 9) is None          # no line 9
     assert ep_mod.apply_edit(clean, "<=", "<", 3) is None         # not in line 3
+
+
+def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
+    """The synthetic SFT conversations write grep's output themselves: it must be real grep's,
+    byte for byte (matches, context lines, group separators, a last line without newline)."""
+    import subprocess
+
+    text = ("def f(a):\n    return a\n\n\n\n\n\ndef f(b):\n    def f(c):\n        return c\n"
+            "    return b\n" + "x = 1\n" * 5 + "def f(d): return d")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(text)
+    for after in (0, 2, 4):
+        real = subprocess.run(["grep", "-rn", "-A", str(after), "def f(", "pkg"], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout
+        assert oracle.grep_after(text.splitlines(True), "pkg/m.py", "def f(", after) == real
+    assert oracle.find_function_command("f", "pkg", 20) == 'grep -rn -A 19 "def f(" pkg'
 
 
 # -- episodes -----------------------------------------------------------------------------

@@ -80,8 +80,8 @@ def test_words_split_gives_a_name_and_a_number_the_same_ids_everywhere(corpus):
     """What the agent copies (a function name from the statement into a command, a path and a
     line number from a tool output into the next call) is the same ids in every context with the
     `words` pre-split; with Qwen's, a leading dot or space changes the first token."""
-    places = ["from `pkg.mod.unchanged`", 'grep -rn "def unchanged(" pkg', "pkg/mod.py:175:def unchanged(x):",
-              "nl -ba pkg/mod.py | sed -n '175,194p'", '{"path": "pkg/mod.py", "line": 175}']
+    places = ["from `pkg.mod.unchanged`", 'grep -rn -A 19 "def unchanged(" pkg', "pkg/mod.py:175:def unchanged(x):",
+              "pkg/mod.py-175-    return unchanged(x)", '{"path": "pkg/mod.py", "line": 175}']
 
     words = tk.build_tokenizer(corpus, vocab_size=512, split="words")
     qwen = tk.build_tokenizer(corpus, vocab_size=512)

@@ -46,7 +46,7 @@ def _site(kind="op_swap"):
 def test_conversation_tokens_equal_the_rendering_and_mask_only_assistant_turns(tok):
     msgs = sft.synthetic_messages(CLEAN, PATH, _site())
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
-                                         "assistant", "tool", "assistant"]
+                                         "assistant"]
     tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
     assert tokens == render_ids(tok, msgs, TOOLS, add_generation_prompt=False)
     # the masked tokens are exactly the assistant contents, each closed by <|im_end|>

@@ -3,13 +3,16 @@ the real sandbox, so every tool output in its trajectory is real. SFT data for t
 
 The script, derived from the task alone (its bug patch, FAIL_TO_PASS tests, `mutation` field):
 
-1. `bash: grep -rn "def <function>(" <package dir>`  (the function the bug is in)
-2. `bash: nl -ba <file> | sed -n 'A,Bp'`            (that function, with line numbers; at
-   most `oracle.max_lines` lines around the bug)
-3. `edit: path, old, new`                          (old = the buggy text, new = the fixed text:
-   the bug patch reversed, widened with context lines until `old` occurs once)
-4. `bash: python3 -m pytest -q <FAIL_TO_PASS ids>`  (their files when there are more than
-   `oracle.max_test_ids`)
+1. `bash: grep -rn -A <max_lines - 1> "def <function>(" <package dir>`  (the function the bug
+   is in, with `path:N:` / `path-N-` line numbers: one call finds and shows it, so the policy
+   copies one name and one folder, not a path and a line range too)
+2. `bash: nl -ba <file> | sed -n 'A,Bp'`  (only where the bug lies past what 1. shows, or in
+   no function: `oracle.max_lines` lines around it)
+3. `edit: path, line, old, new`  (old = the buggy text, new = the fixed text: the bug patch
+   reversed; line-scoped where one line changed, else widened with context lines until `old`
+   occurs once)
+4. `bash: python3 -m pytest -q`  (the whole suite: the same command for every task, nothing to
+   copy)
 5. `submit`
 
 Each assistant turn is exactly one tool-call block (no prose): short and regular, so the tiny
@@ -27,7 +30,6 @@ import ast
 import json
 import logging
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -263,8 +265,32 @@ def _first_changed_line(hunk: Hunk) -> int:
     return hunk.new_start
 
 
-def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30,
-                   max_test_ids: int = 3) -> list[tuple[str, dict]]:
+def grep_after(lines: Sequence[str], shown_path: str, needle: str, after: int) -> str:
+    """What `grep -rn -A after "needle" DIR` prints for one file whose lines are `lines` and
+    whose path grep shows as `shown_path`: matches as `path:N:text`, context as `path-N-text`,
+    `--` between groups that do not touch (GNU grep's format)."""
+    hits = [i for i, text in enumerate(lines) if needle in text]
+    show = sorted({j for i in hits for j in range(i, min(i + after, len(lines) - 1) + 1)})
+    out, prev = [], None
+    for j in show:
+        if prev is not None and j > prev + 1:
+            out.append("--\n")
+        sep = ":" if needle in lines[j] else "-"
+        text = lines[j] if lines[j].endswith("\n") else lines[j] + "\n"
+        out.append(f"{shown_path}{sep}{j + 1}{sep}{text}")
+        prev = j
+    return "".join(out)
+
+
+def find_function_command(name: str, folder: str, max_lines: int) -> str:
+    """The call that finds a function and shows its first `max_lines` lines, numbered."""
+    return f'grep -rn -A {max_lines - 1} "def {name}(" {folder}'
+
+
+TEST_COMMAND = "python3 -m pytest -q"
+
+
+def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30) -> list[tuple[str, dict]]:
     """The oracle's tool calls [(name, arguments)] for `task`, whose clean repository is at
     `source` (the bug patch is applied here, in memory, to find lines and functions)."""
     files = parse_patch(task["patch"])
@@ -288,22 +314,14 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
             if fn and (path, name) not in shown:
                 shown.add((path, name))
                 folder = path.split("/")[0] if "/" in path else "."
-                actions.append(("bash", {"command": f'grep -rn "def {name}(" {folder}'}))
-                lo, hi = fn[1], fn[2]
-                if hi - lo + 1 > max_lines:
-                    lo = max(fn[1], line - max_lines // 2)
-                    hi = lo + max_lines - 1
-                actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{hi}p'"}))
-            elif not fn:
-                lo = max(1, line - 5)
-                actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{line + 5}p'"}))
+                actions.append(("bash", {"command": find_function_command(name, folder, max_lines)}))
+            if not fn or line > fn[1] + max_lines - 1:  # the bug is not in what grep showed
+                lo = max(1, line - max_lines // 2)
+                actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{lo + max_lines - 1}p'"}))
             args = fix_arguments(path, hunk, current)
             actions.append(("edit", args))
             current = apply_edit(current, args["old"], args["new"], args.get("line")) or current
-    tests = list(task["FAIL_TO_PASS"])
-    if len(tests) > max_test_ids:
-        tests = sorted({t.split("::", 1)[0] for t in tests})
-    actions.append(("bash", {"command": "python3 -m pytest -q " + " ".join(shlex.quote(t) for t in tests)}))
+    actions.append(("bash", {"command": TEST_COMMAND}))
     actions.append(("submit", {}))
     return actions
 
@@ -320,7 +338,7 @@ def oracle_episode(task: Mapping[str, Any], sandbox: Sandbox, tokenizer, cfg: Ma
     `source: "oracle"`, logprobs 0). Keep it only if `record["outcome"] == "resolved"`."""
     c = agent_config(cfg)
     env = env if env is not None else task_env(task, repos_root)
-    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]), int(c["oracle"]["max_test_ids"]))
+    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]))
     texts = oracle_texts(actions)
     c["max_steps"] = max(int(c["max_steps"]), len(texts))
     engine = ScriptedEngine(tokenizer, lambda prompt, turn: texts[min(turn, len(texts) - 1)])

@@ -8,8 +8,8 @@ Data (never a pool or panel repository: asserted):
 - synthetic edit trajectories, built without any sandbox: one `forgeline.tasks.mutations`
   mutation of a function of some Python source (the SFT repositories' package code and the
   interpreter's standard library), rendered as the oracle's conversation
-  (statement naming the function -> `grep -rn "def f(" pkg` -> `nl -ba file | sed -n 'A,Bp'`
-  -> `edit` with the fix -> `submit`), with the tool outputs written the way the agent writes
+  (statement naming the function -> `grep -rn -A N "def f(" pkg` -> `edit` with the fix ->
+  `submit`), with the tool outputs written the way the agent writes
   them (`exit code: 0\\n` + output, cut by `episode.truncate`; `edited PATH`). There are no
   tests to run, so the oracle's pytest turn is left out.
 
@@ -40,7 +40,8 @@ from tqdm import tqdm
 
 from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
                                      truncate)
-from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, fix_arguments, oracle_texts,
+from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, find_function_command,
+                                    fix_arguments, grep_after, oracle_texts,
                                     parse_patch)
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, render, tool_message
@@ -137,15 +138,6 @@ def truncate_example(example: Mapping[str, Any], max_len: int) -> dict[str, Any]
     return {**example, "tokens": list(tokens), "mask": list(mask)}
 
 
-def _nl(lines: Sequence[str], lo: int, hi: int) -> str:
-    """What `nl -ba FILE | sed -n 'lo,hip'` prints (GNU nl: 6-wide right-aligned number, tab)."""
-    out = []
-    for n in range(lo, min(hi, len(lines)) + 1):
-        text = lines[n - 1]
-        out.append(f"{n:6d}\t{text if text.endswith(chr(10)) else text + chr(10)}")
-    return "".join(out)
-
-
 def _result(output: str, max_chars: int) -> str:
     """A bash tool result as the agent writes it: 'exit code: N' + newline + output, cut."""
     return truncate(f"exit code: 0\n{output}" if output else "exit code: 0", max_chars)
@@ -193,24 +185,18 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     name = site.function.rsplit(".", 1)[-1]
     lines = buggy.splitlines(True)
     folder = path.split("/")[0] if "/" in path else "."
-    grep = "".join(f"{path if folder != '.' else './' + path}:{i}:{text}"
-                   for i, text in enumerate(lines, 1) if f"def {name}(" in text)
-    if not grep:
-        return None
-    # the window a policy can choose without knowing the bug: from the def line on
-    lo, hi = fn[1], min(fn[2], fn[1] + max_lines - 1)
-    if line > hi:
+    grep = grep_after(lines, path if folder != "." else "./" + path, f"def {name}(", max_lines - 1)
+    # grep shows max_lines lines from the def on: the window a policy can ask for without
+    # knowing where the bug is
+    if not grep or line > fn[1] + max_lines - 1:
         return None
     module = path[:-3].replace("/", ".").removesuffix(".__init__")
     statement = synthetic_statement(f"`{module}.{site.function}`", name, module,
                                     random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"))
-    actions = [("bash", {"command": f'grep -rn "def {name}(" {folder}'}),
-               ("bash", {"command": f"nl -ba {path} | sed -n '{lo},{hi}p'"}),
+    actions = [("bash", {"command": find_function_command(name, folder, max_lines)}),
                ("edit", edit),
                ("submit", {})]
-    results = [_result(grep, max_tool_output_chars),
-               _result(_nl(lines, lo, hi), max_tool_output_chars),
-               truncate(f"edited {path}", max_tool_output_chars)]
+    results = [_result(grep, max_tool_output_chars), truncate(f"edited {path}", max_tool_output_chars)]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
     for text, result in zip(oracle_texts(actions), [*results, None]):
         messages.append(assistant_message(text))

@@ -1,11 +1,13 @@
-"""Stage `policy-init`: the tiny base policy before any training.
+"""Stage `policy-init`: the tiny base policy before any agent data.
 
 Trains the byte-level BPE tokenizer (Qwen3 special tokens and chat format) on the SFT
 repositories' sources and a sample of Python's standard library, initialises a tiny
-Qwen3ForCausalLM from a seed derived from the root seed, and writes one Hugging Face folder
+Qwen3ForCausalLM from a seed derived from the root seed, pre-trains it to copy from its context
+(`policy.init.copy`, see `copy_pretrain`; 0 steps = none), and writes one Hugging Face folder
 (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-chat_template.jinja) that AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that
-vLLM serves. Same params and inputs => byte-identical files.
+chat_template.jinja, and with copy pre-training copy_curve.json/.png) that
+AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that vLLM serves. Same params
+and inputs => byte-identical files.
 """
 from __future__ import annotations
 
@@ -13,15 +15,17 @@ import argparse
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 from pathlib import Path
 
+from forgeline.policy import copy_pretrain
 from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwen3,
                                     lora_target_names, parameter_count, tiny_qwen3_config)
 from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
                                         corpus_digest, stdlib_dir)
-from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, stage_sources
+from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, stage_sources, write_json
 
 log = logging.getLogger(__name__)
 STAGE = "policy.init"
@@ -41,8 +45,11 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     """Train the tokenizer on `corpus` and initialise the model; returns (tokenizer, model).
 
     tok_params: vocab_size, min_frequency, model_max_length, split (optional: qwen).
-    model_params: the keyword arguments of `tiny_qwen3_config` except vocab_size and token ids.
+    model_params: the keyword arguments of `tiny_qwen3_config` except vocab_size and token ids,
+    plus `embedding_std` (optional; see `init_tiny_qwen3`).
     """
+    model_params = dict(model_params)
+    embedding_std = model_params.pop("embedding_std", None)
     tokenizer = build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
                                 min_frequency=int(tok_params["min_frequency"]),
                                 model_max_length=int(tok_params["model_max_length"]),
@@ -50,7 +57,7 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     config = tiny_qwen3_config(
         vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **model_params)
-    model = init_tiny_qwen3(config, seed)
+    model = init_tiny_qwen3(config, seed, embedding_std)
     # like Qwen3's generation_config.json: a turn ends at <|im_end|> or <|endoftext|>
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -99,12 +106,23 @@ def run(cfg, args: argparse.Namespace) -> None:
     counts = parameter_count(model)
     log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
              f"{counts['non_embedding']:,}")
+    copy_cfg = {**copy_pretrain.COPY_DEFAULTS, **section.get("copy", {})}
+    with manifest.timed("copy_pretrain"):
+        torch.use_deterministic_algorithms(True)
+        ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
+        curve = copy_pretrain.pretrain(model, ids, tokenizer.pad_token_id, copy_cfg, seed)
+    if curve:
+        log.info("copy pre-training: %d steps, loss %.3f (chance %.2f), copy accuracy %.1f%%",
+                 curve[-1]["step"], curve[-1]["loss"], math.log(len(ids)), 100 * curve[-1]["copy_accuracy"])
 
     with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
         with manifest.timed("save"):
             tokenizer.save_pretrained(tmp)
             model.save_pretrained(tmp)
             portable_tokenizer_config(tmp / "tokenizer_config.json")
+            if curve:
+                write_json(tmp / "copy_curve.json", curve)
+                copy_pretrain.plot_curve(curve, tmp / "copy_curve.png", math.log(len(ids)))
     outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
     manifest.notes = {
         "parameters": counts,
@@ -119,6 +137,9 @@ def run(cfg, args: argparse.Namespace) -> None:
                    "digest": corpus_digest(corpus)},
         "tokenizer_json_sha256": sha256_file(out / "tokenizer.json"),
         "model_safetensors_sha256": sha256_file(out / "model.safetensors"),
+        "copy_pretraining": ({"steps": curve[-1]["step"], "loss": curve[-1]["loss"],
+                              "chance_loss": round(math.log(len(ids)), 4),
+                              "copy_accuracy": curve[-1]["copy_accuracy"]} if curve else None),
     }
     manifest.write(manifest_path, outputs=outputs)
     log.info("wrote %s (%d files) and %s", out, len(outputs), manifest_path)

@@ -41,9 +41,15 @@ def tiny_qwen3_config(vocab_size: int, hidden_size: int = 256, layers: int = 4, 
         dtype="float32")
 
 
-def init_tiny_qwen3(config, seed: int):
+def init_tiny_qwen3(config, seed: int, embedding_std: float | None = None):
     """A freshly initialised Qwen3ForCausalLM, in eval mode; the same config and seed give the
     same weights (and the same model.safetensors bytes). The global torch RNG is left as it was.
+
+    `embedding_std` re-draws the (tied) token embeddings with that standard deviation instead
+    of `initializer_range` (0.02). Why: with tied weights a token copied from the context scores
+    about sqrt(hidden) x std x |embedding| above the rest; at 0.02 that margin is too small for
+    copying to pay off among thousands of ids, and the model never learns to copy (measured:
+    no induction in 1,200 steps at 5,120 ids with 0.02 or 0.1; formed by ~900 with 0.3).
     """
     import torch
     from transformers import Qwen3ForCausalLM
@@ -51,6 +57,9 @@ def init_tiny_qwen3(config, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
+        if embedding_std is not None:
+            with torch.no_grad():
+                model.get_input_embeddings().weight.normal_(0.0, float(embedding_std))
     return model.to(torch.float32).eval()
 
 

@@ -14,6 +14,8 @@ export PYTHONHASHSEED := 0
 export TZ := UTC
 export LC_ALL := C.UTF-8
 export DVC_NO_ANALYTICS := 1
+# the rules (and dvc.yaml's commands) call `forgeline`, `snakemake` and `dvc` by name
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: run test setup system dvc.yaml dag clean services pull
 

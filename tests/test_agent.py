@@ -134,7 +134,7 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
     assert old == "    out = list(xs)" and oracle._enclosing_function(buggy, 3) == ("f", 1, 3)
 
 
-def test_line_scoped_fix_names_only_the_changed_tokens():
+def test_fix_arguments_whole_line_then_line_scoped():
     clean = "def f(a, b):\n    if a <= b and b < 9:\n        return a - b\n    return b\n"
     # `<` occurs twice in the buggy line: the span grows until `old` is unique there
     buggy = clean.replace("    if a <= b and b < 9:\n", "    if a < b and b < 9:\n")
@@ -145,7 +145,14 @@ def test_line_scoped_fix_names_only_the_changed_tokens():
     buggy = clean.replace("a - b", "a + b")
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
     assert oracle.line_fix(hunk) == (3, "+", "-")
-    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "line": 3, "old": "+", "new": "-"}
+    # the edit a policy writes: the line as grep shows it (no indentation) and the fixed line
+    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "old": "return a + b",
+                                                           "new": "return a - b"}
+    # ... unless that text occurs twice in the file: then line-scoped
+    twice = "def f(a, b):\n    if a:\n        return a + b\n    return a - b\n"
+    hunk = oracle.parse_patch(make_patch("p/m.py", twice, twice.replace("a - b", "a + b")))["p/m.py"][0]
+    assert oracle.fix_arguments("p/m.py", hunk, twice.replace("a - b", "a + b")) == \
+        {"path": "p/m.py", "line": 4, "old": "+", "new": "-"}
     # a removed statement has no '+' line: the file-level form is kept
     removed = clean.replace("        return a - b\n", "")
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]

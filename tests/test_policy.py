@@ -447,9 +447,8 @@ def test_hub_rejects_non_commit_revisions(revision):
 
 # -- the policy-init stage ------------------------------------------------------------------
 
-def test_copy_batch_repeats_the_span_and_labels_only_the_repeat():
-    rng = random.Random(0)
-    x, y = copy_pretrain.copy_batch(rng, list(range(10, 60)), 1, batch=8, prefix=[2, 5], span=[3, 6])
+def test_repeat_batch_repeats_the_span_and_labels_only_the_repeat():
+    x, y = copy_pretrain.repeat_batch(random.Random(0), list(range(10, 60)), 1, batch=8, prefix=[2, 5], span=[3, 6])
     assert x.shape == y.shape and x.shape[0] == 8
     for row, lab in zip(x.tolist(), y.tolist()):
         sep = row.index(1)
@@ -459,24 +458,40 @@ def test_copy_batch_repeats_the_span_and_labels_only_the_repeat():
         assert row[sep - len(span):sep] == span and [lab[i] for i in labelled] == span
 
 
-def test_copy_pretraining_teaches_a_tiny_model_to_copy_unseen_sequences():
-    """The real objective on a 2-layer model (64 ids): before, next-id accuracy on the repeated
-    span is chance (~1/62); after 300 steps it copies most ids of fresh random spans."""
+def test_recall_sequences_label_only_what_an_earlier_stretch_predicts():
+    x, y = copy_pretrain.recall_batch(random.Random(0), list(range(10, 500)), batch=6, length=80, gap=[2, 5],
+                                      span=[3, 6])
+    assert x.shape == y.shape == (6, 80)
+    for row, lab in zip(x.tolist(), y.tolist()):
+        labelled = [i for i, v in enumerate(lab) if v != -100]
+        assert labelled and all(lab[i] == row[i] for i in labelled)
+        # every labelled id follows, earlier in the row, the id that precedes it here
+        for i in labelled:
+            assert any(row[j] == row[i - 1] and row[j + 1] == row[i] for j in range(i - 1))
+
+
+def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences():
+    """Both phases on a 2-layer model (64 ids): before, next-id accuracy on recurring stretches
+    (random distances) is chance (~1/62); after 300 repeat + 200 recall steps it copies most."""
     config = tiny.tiny_qwen3_config(64, hidden_size=64, layers=2, heads=2, kv_heads=1, head_dim=32,
                                     max_position_embeddings=128)
     model = tiny.init_tiny_qwen3(config, 3)
-    ids, cfg = list(range(2, 64)), {"steps": 300, "batch": 32, "span": [4, 8], "prefix": [2, 6], "log_every": 100}
+    ids = list(range(2, 64))
+    cfg = {"repeat": {"steps": 300, "batch": 32, "prefix": [2, 6], "span": [4, 8]},
+           "recall": {"steps": 200, "batch": 16, "length": 48, "gap": [2, 8], "span": [4, 8]}, "log_every": 100}
 
     def held_out_accuracy():
-        x, y = copy_pretrain.copy_batch(random.Random("held out"), ids, 1, 64, cfg["prefix"], cfg["span"])
+        x, y = copy_pretrain.recall_batch(random.Random("held out"), ids, 32, 48, [2, 8], [4, 8])
         with torch.no_grad():
             return copy_pretrain.copy_loss(model(input_ids=x).logits, y)[1]
 
     before = held_out_accuracy()
     curve = copy_pretrain.pretrain(model, ids, 1, cfg, seed=0, progress=False)
     after = held_out_accuracy()
-    assert before < 0.1 and after > 0.6, (before, after)
-    assert [c["step"] for c in curve] == [100, 200, 300] and curve[-1]["loss"] < curve[0]["loss"]
+    assert before < 0.05 and after > 0.7, (before, after)
+    assert [(c["phase"], c["step"]) for c in curve] == [("repeat", 100), ("repeat", 200), ("repeat", 300),
+                                                         ("recall", 400), ("recall", 500)]
+    assert curve[2]["copy_accuracy"] > curve[0]["copy_accuracy"]
     again = tiny.init_tiny_qwen3(config, 3)
     assert copy_pretrain.pretrain(again, ids, 1, cfg, seed=0, progress=False) == curve  # deterministic
 
@@ -491,7 +506,8 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
                       "model": {"hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2,
                                 "head_dim": 8, "intermediate": 64, "max_position_embeddings": 512,
                                 "rope_theta": 1_000_000, "embedding_std": 0.05},
-                      "copy": {"steps": 6, "batch": 4, "log_every": 3}}}})
+                      "copy": {"repeat": {"steps": 3, "batch": 4}, "recall": {"steps": 3, "batch": 2, "length": 32},
+                               "log_every": 3}}}})
     for name in ("a", "b"):
         init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None))
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
@@ -503,7 +519,7 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     manifest = json.loads(a["manifest.json"])
     assert manifest["stage"] == "policy.init" and manifest["seeds"]["model_init"] == init_stage.stage_seed(1234)
     assert manifest["notes"]["vocab_size"] == 640 and manifest["notes"]["lora_target_count"] == 14
-    assert [c["step"] for c in json.loads(a["copy_curve.json"])] == [3, 6]
+    assert [(c["phase"], c["step"]) for c in json.loads(a["copy_curve.json"])] == [("repeat", 3), ("recall", 6)]
     assert manifest["notes"]["copy_pretraining"]["steps"] == 6 and "copy_pretrain" in manifest["timings"]
     assert {o["path"].rpartition("/")[2] for o in manifest["outputs"]} == set(a) - {"manifest.json"}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")

@@ -8,9 +8,9 @@ The script, derived from the task alone (its bug patch, FAIL_TO_PASS tests, `mut
    copies one name and one folder, not a path and a line range too)
 2. `bash: nl -ba <file> | sed -n 'A,Bp'`  (only where the bug lies past what 1. shows, or in
    no function: `oracle.max_lines` lines around it)
-3. `edit: path, line, old, new`  (old = the buggy text, new = the fixed text: the bug patch
-   reversed; line-scoped where one line changed, else widened with context lines until `old`
-   occurs once)
+3. `edit: path, old, new`  (the bug patch reversed: where one line changed, old = that line
+   without its indentation and new = the fixed line; if that text is not unique, `line` + the
+   differing tokens; else widened with context lines until `old` occurs once)
 4. `bash: python3 -m pytest -q`  (the whole suite: the same command for every task, nothing to
    copy)
 5. `submit`
@@ -230,9 +230,34 @@ def line_fix(hunk: Hunk) -> tuple[int, str, str] | None:
         grow_left = not grow_left
 
 
+def whole_line_fix(hunk: Hunk, current: str) -> tuple[str, str] | None:
+    """(old, new) of an `edit` that undoes a hunk changing exactly one line by replacing that
+    line's text (without its indentation) where it occurs once in `current`; else None."""
+    minus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "-"]
+    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
+    if len(minus) != 1 or len(plus) != 1:
+        return None
+    clean, buggy = hunk.lines[minus[0]][1].rstrip("\n"), hunk.lines[plus[0]][1].rstrip("\n")
+    indent = len(buggy) - len(buggy.lstrip())
+    if not buggy.strip() or clean[:indent] != buggy[:indent] or current.count(buggy.strip()) != 1:
+        return None
+    old, new = buggy.strip(), clean[indent:].rstrip()
+    line = hunk.new_start + sum(1 for tag, _ in hunk.lines[:plus[0]] if tag != "-")
+    lines = current.splitlines(True)
+    expected = lines[:line - 1] + [lines[line - 1].replace(buggy, clean, 1)] + lines[line:]
+    return (old, new) if apply_edit(current, old, new) == "".join(expected) else None
+
+
 def fix_arguments(path: str, hunk: Hunk, current: str) -> dict[str, Any]:
-    """The `edit` arguments that undo `hunk` in `current`: line-scoped where the hunk changes
-    one line (short for a policy to write), else `fix_edit`'s unique stretch of the file."""
+    """The `edit` arguments that undo `hunk` in `current`, in the form a small policy writes
+    most reliably: where one line changed, old = that line as grep showed it (without its
+    indentation) and new = the fixed line, i.e. copy a line from the context and change a
+    token. Without a line number there is no second lookup (number -> that line's text), the
+    one step the tiny policy never got right. Where the line's text is not unique: line-scoped
+    (line number + the differing tokens); else `fix_edit`'s unique stretch of the file."""
+    whole = whole_line_fix(hunk, current)
+    if whole is not None:
+        return {"path": path, "old": whole[0], "new": whole[1]}
     fix = line_fix(hunk)
     if fix is not None and apply_edit(current, fix[1], fix[2], fix[0]) is not None:
         return {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}

@@ -106,7 +106,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     counts = parameter_count(model)
     log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
              f"{counts['non_embedding']:,}")
-    copy_cfg = {**copy_pretrain.COPY_DEFAULTS, **section.get("copy", {})}
+    copy_cfg = copy_pretrain.copy_config(section.get("copy"))
     with manifest.timed("copy_pretrain"):
         torch.use_deterministic_algorithms(True)
         ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
@@ -137,7 +137,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                    "digest": corpus_digest(corpus)},
         "tokenizer_json_sha256": sha256_file(out / "tokenizer.json"),
         "model_safetensors_sha256": sha256_file(out / "model.safetensors"),
-        "copy_pretraining": ({"steps": curve[-1]["step"], "loss": curve[-1]["loss"],
+        "copy_pretraining": ({"steps": curve[-1]["step"], "phase": curve[-1]["phase"], "loss": curve[-1]["loss"],
                               "chance_loss": round(math.log(len(ids)), 4),
                               "copy_accuracy": curve[-1]["copy_accuracy"]} if curve else None),
     }

@@ -30,7 +30,7 @@ from forgeline.config import Config
 from forgeline.provenance import Manifest, sha256_bytes, stage_sources, write_jsonl
 from forgeline.sandbox import PatchError, SandboxError, TaskEnv, TestRun, get_sandbox
 from forgeline.sandbox.grading import is_test_path
-from forgeline.tasks.mutations import Site, apply_mutation, enumerate_mutation_sites, select_sites
+from forgeline.tasks.mutations import Site, apply_mutation, enumerate_mutation_sites, parse, select_sites
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
 
@@ -216,7 +216,7 @@ def _parse_line(test_line: str) -> ast.stmt | None:
     line = test_line.strip()
     for candidate in (line, line + " pass", line + "\n    pass"):  # `with ...:` / `for ...:`
         try:
-            return ast.parse(candidate).body[0]
+            return parse(candidate).body[0]
         except (SyntaxError, IndexError):
             continue
     return None

@@ -25,8 +25,21 @@ from __future__ import annotations
 import ast
 import random
 import re
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Sequence
+
+# CPython 3.11's ast.parse keeps its recursion depth in state shared by threads: two parses at
+# once can fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython
+# gh-106905; seen here in `validate --threads 2`). The stages that parse in threads go
+# through `parse`, which takes turns.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """ast.parse(source), one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 KINDS = ("op_swap", "cmp_boundary", "bool_flip", "remove_stmt", "arg_swap", "const_change",
          "invert_if")
@@ -137,7 +150,7 @@ def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -
     if unknown:
         raise ValueError(f"unknown mutation kind(s) {unknown}; known: {', '.join(KINDS)}")
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return None
     collector = _Collector(source, path, set(kinds))
@@ -152,7 +165,7 @@ def mutated_if_valid(source: str, site: Site, reference: str, path: str = "") ->
     mutated = apply_mutation(source, site)
     try:
         compile(mutated, path or "<mutated>", "exec", dont_inherit=True)
-        if ast.dump(ast.parse(mutated)) == reference:
+        if ast.dump(parse(mutated)) == reference:
             return None
     except (SyntaxError, ValueError):
         return None

@@ -51,6 +51,7 @@ from forgeline.config import ConfigError
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
 from forgeline.sandbox import PatchError, Sandbox, TestRun, get_sandbox
 from forgeline.sandbox.grading import grade, is_test_path
+from forgeline.tasks.mutations import parse
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import InstanceError, normalize_instance
 
@@ -299,7 +300,7 @@ def identifiers_of_test(source: str, node_id: str) -> set[str] | None:
     names it binds, builtins and stopwords. None when the function cannot be found or parsed.
     """
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return None
     _, classes, name = split_node_id(node_id)

@@ -472,12 +472,13 @@ def test_recall_sequences_label_only_what_an_earlier_stretch_predicts():
 
 def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences():
     """Both phases on a 2-layer model (64 ids): before, next-id accuracy on recurring stretches
-    (random distances) is chance (~1/62); after 300 repeat + 200 recall steps it copies most."""
+    (random distances) is chance (~1/62); after the repeat phase (ended early once 70% of a
+    curve point's ids are copied) and 200 recall steps it copies most."""
     config = tiny.tiny_qwen3_config(64, hidden_size=64, layers=2, heads=2, kv_heads=1, head_dim=32,
                                     max_position_embeddings=128)
     model = tiny.init_tiny_qwen3(config, 3)
     ids = list(range(2, 64))
-    cfg = {"repeat": {"steps": 300, "batch": 32, "prefix": [2, 6], "span": [4, 8]},
+    cfg = {"repeat": {"steps": 900, "until_accuracy": 0.7, "batch": 32, "prefix": [2, 6], "span": [4, 8]},
            "recall": {"steps": 200, "batch": 16, "length": 48, "gap": [2, 8], "span": [4, 8]}, "log_every": 100}
 
     def held_out_accuracy():
@@ -489,9 +490,9 @@ def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences
     curve = copy_pretrain.pretrain(model, ids, 1, cfg, seed=0, progress=False)
     after = held_out_accuracy()
     assert before < 0.05 and after > 0.7, (before, after)
-    assert [(c["phase"], c["step"]) for c in curve] == [("repeat", 100), ("repeat", 200), ("repeat", 300),
-                                                         ("recall", 400), ("recall", 500)]
-    assert curve[2]["copy_accuracy"] > curve[0]["copy_accuracy"]
+    repeat = [c for c in curve if c["phase"] == "repeat"]
+    assert repeat[-1]["copy_accuracy"] >= 0.7 > max(c["copy_accuracy"] for c in repeat[:-1])
+    assert repeat[-1]["step"] < 900 and curve[-1] == {**curve[-1], "phase": "recall", "step": repeat[-1]["step"] + 200}
     again = tiny.init_tiny_qwen3(config, 3)
     assert copy_pretrain.pretrain(again, ids, 1, cfg, seed=0, progress=False) == curve  # deterministic
 

@@ -468,6 +468,9 @@ def test_recall_sequences_label_only_what_an_earlier_stretch_predicts():
         # every labelled id follows, earlier in the row, the id that precedes it here
         for i in labelled:
             assert any(row[j] == row[i - 1] and row[j + 1] == row[i] for j in range(i - 1))
+    # the match phase's batches: each row uses at most `pool` distinct ids
+    x, _ = copy_pretrain.recall_batch(random.Random(1), list(range(10, 500)), 6, 80, [2, 5], [3, 6], pool=7)
+    assert all(len(set(row)) <= 7 for row in x.tolist()) and len({tuple(sorted(set(r))) for r in x.tolist()}) > 1
 
 
 def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences():
@@ -508,7 +511,7 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
                                 "head_dim": 8, "intermediate": 64, "max_position_embeddings": 512,
                                 "rope_theta": 1_000_000, "embedding_std": 0.05},
                       "copy": {"repeat": {"steps": 3, "batch": 4}, "recall": {"steps": 3, "batch": 2, "length": 32},
-                               "log_every": 3}}}})
+                               "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
     for name in ("a", "b"):
         init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None))
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
@@ -520,8 +523,9 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     manifest = json.loads(a["manifest.json"])
     assert manifest["stage"] == "policy.init" and manifest["seeds"]["model_init"] == init_stage.stage_seed(1234)
     assert manifest["notes"]["vocab_size"] == 640 and manifest["notes"]["lora_target_count"] == 14
-    assert [(c["phase"], c["step"]) for c in json.loads(a["copy_curve.json"])] == [("repeat", 3), ("recall", 6)]
-    assert manifest["notes"]["copy_pretraining"]["steps"] == 6 and "copy_pretrain" in manifest["timings"]
+    assert [(c["phase"], c["step"]) for c in json.loads(a["copy_curve.json"])] == \
+        [("repeat", 3), ("recall", 6), ("match", 9)]
+    assert manifest["notes"]["copy_pretraining"]["steps"] == 9 and "copy_pretrain" in manifest["timings"]
     assert {o["path"].rpartition("/")[2] for o in manifest["outputs"]} == set(a) - {"manifest.json"}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
     assert model.num_parameters() == manifest["notes"]["parameters"]["total"]

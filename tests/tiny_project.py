@@ -78,6 +78,7 @@ def make_project(dest: Path) -> Path:
                                              intermediate=64, max_position_embeddings=1024)
     params["policy"]["init"]["copy"]["repeat"].update(steps=3, batch=4)
     params["policy"]["init"]["copy"]["recall"].update(steps=2, batch=2, length=64)
+    params["policy"]["init"]["copy"]["match"].update(steps=2, batch=2, length=64)
     params["agent"].update(max_steps=2, max_new_tokens=12, context_limit=1024, wall_time_s=120,
                            alignment="text")  # random tokens rarely re-tokenize to the same ids
     params["agent"]["rollout"]["concurrency"] = 2

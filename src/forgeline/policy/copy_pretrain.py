@@ -5,7 +5,7 @@ line of grep's output into the edit. A few million parameters trained for a few 
 steps never learn that from agent data alone (issue 4's notes: 0 exact copies), because copy
 targets are a few tokens per conversation. Here most loss tokens are copy targets, in random
 ids (so the skill is about identity and position, not any word, and applies to names the model
-has never seen), in two phases:
+has never seen), in three phases:
 
 1. `repeat`: `prefix, span, <sep>, span`, loss on the second span. The model learns to emit
    the id it attends to; it finds it at a fixed offset (measured: 91% copied at distance 13,
@@ -14,9 +14,13 @@ has never seen), in two phases:
    after the first: predictable only by finding the current id earlier and emitting the one
    that followed it (an induction circuit). From scratch this stayed at chance for 250 steps
    at 5,120 ids; after phase 1 it reached 93% in 100 steps.
+3. `match`: `recall` with each sequence drawn from a few ids (`pool`), so the current id
+   occurs many times and only the ids before it say which occurrence continues: the case of
+   code, where `self`, `.` and `(` are everywhere. Held-out accuracy on such sequences rose
+   from 30% to 64% in 400 steps, and the edit turn after SFT from 84% to 89% of its tokens.
 
-Pure parts: `repeat_batch`, `recall_sequence`/`recall_batch`, `copy_loss`. `pretrain` trains a
-model in place; `plot_curve` draws its curve.
+Pure parts: `repeat_batch`, `recall_sequence`/`recall_batch`, `copy_loss`, `copy_config`.
+`pretrain` trains a model in place; `plot_curve` draws its curve.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from tqdm import tqdm
 COPY_DEFAULTS: dict[str, Any] = {
     "repeat": {"steps": 0, "batch": 64, "prefix": [5, 20], "span": [8, 20], "until_accuracy": None},
     "recall": {"steps": 0, "batch": 16, "length": 256, "gap": [4, 40], "span": [4, 16]},
+    "match": {"steps": 0, "batch": 8, "length": 512, "gap": [4, 40], "span": [4, 16], "pool": 24},
     "lr": 3.0e-3,            # AdamW learning rate after warm-up (constant)
     "warmup_steps": 20,      # linear warm-up
     "grad_clip": 1.0,        # max global gradient norm
@@ -84,9 +89,12 @@ def recall_sequence(rng: random.Random, ids: Sequence[int], length: int, gap: Se
 
 
 def recall_batch(rng: random.Random, ids: Sequence[int], batch: int, length: int, gap: Sequence[int],
-                 span: Sequence[int], ignore: int = -100):
-    """(input_ids, labels) tensors [batch, length] of `recall_sequence`s."""
-    return _tensors([recall_sequence(rng, ids, length, gap, span, ignore) for _ in range(batch)], 0, ignore)
+                 span: Sequence[int], pool: int | None = None, ignore: int = -100):
+    """(input_ids, labels) tensors [batch, length] of `recall_sequence`s; with `pool`, each
+    sequence draws from its own `pool` ids picked from `ids` (the `match` phase)."""
+    rows = [recall_sequence(rng, rng.sample(list(ids), pool) if pool else ids, length, gap, span, ignore)
+            for _ in range(batch)]
+    return _tensors(rows, 0, ignore)
 
 
 def copy_loss(logits, labels, ignore: int = -100):
@@ -101,11 +109,14 @@ def copy_loss(logits, labels, ignore: int = -100):
     return loss, float(acc)
 
 
+PHASES = ("repeat", "recall", "match")
+
+
 def copy_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
     """COPY_DEFAULTS overlaid with `cfg` (the phases key by key)."""
     cfg = dict(cfg or {})
     out = {**COPY_DEFAULTS, **cfg}
-    for phase in ("repeat", "recall"):
+    for phase in PHASES:
         out[phase] = {**COPY_DEFAULTS[phase], **cfg.get(phase, {})}
     return out
 
@@ -115,14 +126,15 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
     """Train `model` in place: cfg['repeat']['steps'] steps of `repeat_batch`es (fewer if a
     curve point reaches cfg['repeat']['until_accuracy']: when the circuit forms varies with
     the seed, 450-1,000+ steps at 5,120 ids, and recall only works on top of a formed one),
-    then cfg['recall']['steps'] of `recall_batch`es, one AdamW throughout. Returns the curve
+    then cfg['recall']['steps'] of `recall_batch`es, then cfg['match']['steps'] of them with a
+    small id pool per sequence, one AdamW throughout. Returns the curve
     [{phase, step, loss, copy_accuracy, lr}] every `log_every` steps and at each phase's end
     (loss and accuracy averaged over the steps since the previous point; chance loss is
     ln(len(ids))). Deterministic for the same inputs and seed."""
     import torch
 
     c = copy_config(cfg)
-    total = int(c["repeat"]["steps"]) + int(c["recall"]["steps"])
+    total = sum(int(c[phase]["steps"]) for phase in PHASES)
     if total == 0:
         return []
     torch.manual_seed(seed)
@@ -132,7 +144,7 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
     curve: list[dict] = []
     step = 0
     bar = tqdm(total=total, desc="copy pre-training", unit="step", dynamic_ncols=True, disable=not progress)
-    for phase in ("repeat", "recall"):
+    for phase in PHASES:
         p = c[phase]
         window: list[tuple[float, float]] = []
         for i in range(1, int(p["steps"]) + 1):
@@ -143,7 +155,8 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
             if phase == "repeat":
                 x, y = repeat_batch(rng, ids, sep_id, int(p["batch"]), p["prefix"], p["span"])
             else:
-                x, y = recall_batch(rng, ids, int(p["batch"]), int(p["length"]), p["gap"], p["span"])
+                x, y = recall_batch(rng, ids, int(p["batch"]), int(p["length"]), p["gap"], p["span"],
+                                    p.get("pool"))
             loss, acc = copy_loss(model(input_ids=x).logits, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -169,7 +182,7 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
 
 def plot_curve(curve: Sequence[Mapping[str, Any]], path, chance_loss: float) -> None:
     """A PNG of the loss on the copied ids (against chance, ln of the ids drawn from) and the
-    share of them predicted exactly, per curve point; a line where the recall phase starts."""
+    share of them predicted exactly, per curve point; a line where each phase starts."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -177,9 +190,11 @@ def plot_curve(curve: Sequence[Mapping[str, Any]], path, chance_loss: float) -> 
     steps = [c["step"] for c in curve]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot(steps, [c["loss"] for c in curve], lw=1.5, label="loss on the copied ids")
-    switch = [a["step"] for a, c in zip(curve, curve[1:]) if a["phase"] != c["phase"]]
-    for x in switch:
-        ax.axvline(x, lw=0.8, color="black", label="repeat -> recall")
+    for a, b in zip(curve, curve[1:]):
+        if a["phase"] != b["phase"]:
+            ax.axvline(a["step"], lw=0.8, color="black")
+            ax.annotate(b["phase"], (a["step"], 0.98), xycoords=("data", "axes fraction"), fontsize=8,
+                        va="top", ha="left")
     ax.axhline(chance_loss, ls="--", lw=0.8, color="grey", label="chance (ln ids)")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy (nats/token)")

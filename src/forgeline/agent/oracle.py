@@ -197,17 +197,26 @@ def fix_edit(hunk: Hunk, current: str) -> tuple[str, str]:
 _TOKEN = re.compile(r"\w+|\s+|==|!=|<=|>=|//|\*\*|->|[^\w\s]")
 
 
+def one_line_change(hunk: Hunk) -> tuple[int, str, str] | None:
+    """(line, clean text, buggy text) where the hunk replaces exactly one line by one ('-' then
+    '+'); `line` is 1-based in the buggy file, texts keep their newline. Else None."""
+    minus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "-"]
+    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
+    if len(minus) != 1 or len(plus) != 1:
+        return None
+    line = hunk.new_start + sum(1 for tag, _ in hunk.lines[:plus[0]] if tag != "-")
+    return line, hunk.lines[minus[0]][1], hunk.lines[plus[0]][1]
+
+
 def line_fix(hunk: Hunk) -> tuple[int, str, str] | None:
     """(line, old, new) of a line-scoped `edit` that undoes a hunk changing exactly one line
     (one '-' line replaced by one '+' line): the smallest run of whole tokens that differs,
     grown a token at a time (left, then right) until `old` is non-blank and occurs once in the
     buggy line. `line` is the 1-based line number in the buggy file. None for other hunks."""
-    minus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "-"]
-    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
-    if len(minus) != 1 or len(plus) != 1:
+    change = one_line_change(hunk)
+    if change is None:
         return None
-    clean, buggy = hunk.lines[minus[0]][1], hunk.lines[plus[0]][1]
-    line = hunk.new_start + sum(1 for tag, _ in hunk.lines[:plus[0]] if tag != "-")
+    line, clean, buggy = change
     b, c = _TOKEN.findall(buggy.rstrip("\n")), _TOKEN.findall(clean.rstrip("\n"))
     pre = 0
     while pre < min(len(b), len(c)) and b[pre] == c[pre]:
@@ -233,16 +242,14 @@ def line_fix(hunk: Hunk) -> tuple[int, str, str] | None:
 def whole_line_fix(hunk: Hunk, current: str) -> tuple[str, str] | None:
     """(old, new) of an `edit` that undoes a hunk changing exactly one line by replacing that
     line's text (without its indentation) where it occurs once in `current`; else None."""
-    minus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "-"]
-    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
-    if len(minus) != 1 or len(plus) != 1:
+    change = one_line_change(hunk)
+    if change is None:
         return None
-    clean, buggy = hunk.lines[minus[0]][1].rstrip("\n"), hunk.lines[plus[0]][1].rstrip("\n")
+    line, clean, buggy = change[0], change[1].rstrip("\n"), change[2].rstrip("\n")
     indent = len(buggy) - len(buggy.lstrip())
     if not buggy.strip() or clean[:indent] != buggy[:indent] or current.count(buggy.strip()) != 1:
         return None
     old, new = buggy.strip(), clean[indent:].rstrip()
-    line = hunk.new_start + sum(1 for tag, _ in hunk.lines[:plus[0]] if tag != "-")
     lines = current.splitlines(True)
     expected = lines[:line - 1] + [lines[line - 1].replace(buggy, clean, 1)] + lines[line:]
     return (old, new) if apply_edit(current, old, new) == "".join(expected) else None

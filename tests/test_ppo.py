@@ -77,6 +77,32 @@ def test_ppo_updates_raise_a_synthetic_reward(tok):
     assert stats[-1]["kl"] > 0 and all(0 <= s["clip_frac"] <= 1 for s in stats)
 
 
+def test_trainer_log_probs_are_those_the_tokens_were_sampled_from(tok):
+    """At a sampling temperature != 1 the policy PPO optimises is softmax(logits / T): the
+    trainer's log-probs of sampled tokens equal the engine's sampling log-probs only when the
+    trainer is told T."""
+    lm = tiny_lm(tok)
+    with torch.no_grad():
+        lm.get_input_embeddings().weight.mul_(10.0)  # logits far from flat, so T matters
+    actor = ppo.make_actor(lm, {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj"]}, seed=1)
+    value = critic.value_model(tiny_lm(tok, seed=12).model)
+    prompt = tok.encode("def add(a, b):", add_special_tokens=False)
+    actor.eval()
+    gens = HFEngine(actor, tok).generate([prompt] * 3, 6, 0.6, 1.0, seed=4)
+    cfg = ppo.ppo_config({})
+    tempered = ppo.PPOTrainer(actor, value, cfg, seed=0, temperature=0.6)
+    plain = ppo.PPOTrainer(actor, value, cfg, seed=0)
+    for i, g in enumerate(gens):
+        n = len(g.token_ids)
+        sample = {"key": f"s{i}", "tokens": prompt + g.token_ids, "action_mask": [0] * len(prompt) + [1] * n,
+                  "rewards": [0.0] * (len(prompt) + n)}
+        sampled = torch.tensor(g.logprobs)
+        assert torch.allclose(tempered.action_logprobs(sample), sampled, atol=1e-4)
+        assert not torch.allclose(plain.action_logprobs(sample), sampled, atol=1e-2)
+    with pytest.raises(ValueError, match="temperature"):
+        ppo.PPOTrainer(actor, value, cfg, seed=0, temperature=0.0)
+
+
 def test_pure_parts():
     pairs = ppo.step_pairs(["b", "a", "c"], 4, 9, 5, 2)
     assert len(pairs) == 10 and len(set(pairs)) == 10

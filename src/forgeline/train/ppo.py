@@ -279,13 +279,20 @@ def make_actor(base, lora: Mapping[str, Any], seed: int):
 
 class PPOTrainer:
     """The update half of a PPO step: `update(samples, step)` (collective under torchrun: every
-    process passes the same kept samples, each computes its share `index % world`)."""
+    process passes the same kept samples, each computes its share `index % world`).
+
+    `temperature` is the sampling temperature of the episodes: the policy being optimised is
+    softmax(logits / temperature), the distribution the tokens were drawn from, so every
+    log-prob, the KL and the entropy are of that (as verl does); at 1 the plain softmax."""
 
     def __init__(self, actor, critic, cfg: Mapping[str, Any], seed: int, rank: int = 0, world: int = 1,
-                 device=None):
+                 device=None, temperature: float = 1.0):
         import torch
 
+        if not temperature > 0:
+            raise ValueError(f"PPO needs a sampling temperature > 0, not {temperature}")
         self.actor, self.critic, self.c, self.seed = actor, critic, cfg, seed
+        self.temperature = float(temperature)
         self.rank, self.world = rank, world
         self.device = device or torch.device("cpu")
         self.actor_params = trainable_parameters(actor)
@@ -337,7 +344,17 @@ class PPOTrainer:
         torch.manual_seed(derive_seed(self.seed, "ppo.forward", step, phase, epoch, index))
 
     def _actor_logits(self, t: Mapping[str, Any]):
-        return self.actor(input_ids=t["ids"], logits_to_keep=t["pos"]).logits[0]
+        logits = self.actor(input_ids=t["ids"], logits_to_keep=t["pos"]).logits[0]
+        return logits if self.temperature == 1.0 else logits / self.temperature
+
+    def action_logprobs(self, sample: Mapping[str, Any]):
+        """Log-probs of `sample`'s action tokens under the current policy, as the update
+        computes them (no gradient)."""
+        import torch
+
+        with torch.no_grad():
+            t = self._tensors(sample)
+            return rl.logprobs_from_logits(self._actor_logits(t), t["target"])
 
     def _values(self, t: Mapping[str, Any]):
         return self.critic(t["ids"])[0, t["pos"]]
@@ -734,7 +751,10 @@ def _run(cfg, args: argparse.Namespace) -> None:
     base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).to(device)
     actor = make_actor(base, c["lora"], seed)
     critic = load_value_model(args.critic, c["critic_mode"], c["critic_lora"], seed).to(device)
-    trainer = PPOTrainer(actor, critic, c, seed, rank, world, device)
+    if float(a["top_p"]) != 1.0:
+        raise SystemExit(f"agent.top_p is {a['top_p']}: PPO needs 1.0 (its log-probs are of the whole "
+                         "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
+    trainer = PPOTrainer(actor, critic, c, seed, rank, world, device, temperature=float(a["temperature"]))
     rows: list[dict] = []
     start = 0
     latest = latest_checkpoint(ckpt_root)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 
 import pytest
 
@@ -194,6 +195,20 @@ def test_rename_share_is_deterministic_and_marks_the_ids():
     assert [i + ":renamed" for i, _ in plain] == [i for i, _ in conv]
     for (_, a), (_, b) in zip(plain, conv):
         assert a[2]["content"] != b[2]["content"]  # the grep names the fresh function and folder
+
+
+def test_synthetic_statement_names_the_function_in_the_title_and_often_calls_another():
+    """Like a generated issue: the title names the function to look at; the body shows the
+    call a test makes, which is often another function of the module."""
+    callers = ["load_rows", "parse_line", "write_table"]
+    texts = [sft.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
+             for i in range(40)]
+    assert all("`pkg.mod.fix_me`" in t.split("\n\n")[0] for t in texts)
+    bodies = [t.split("\n\n")[1] for t in texts]
+    other = sum(any(f"{c}(" in b for c in callers) for b in bodies)
+    assert 10 < other < 35 and sum("fix_me(" in b for b in bodies) == 40 - other
+    assert texts == [sft.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
+                     for i in range(40)]
 
 
 def test_check_sft_repos_refuses_pool_tasks():

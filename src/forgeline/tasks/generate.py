@@ -294,12 +294,12 @@ TITLES = {
     "check": ["Unexpected behaviour in {subject}", "{subject} misbehaves",
               "Bug: {subject} does not do what it should"],
 }
-_VALUE = [
+VALUE = [
     "Calling `{call}` gives `{observed}`, but I expected `{expected}`.",
     "`{call}` returns `{observed}` instead of `{expected}`.",
     "I get `{observed}` from `{call}`; the expected result is `{expected}`.",
 ]
-_RAISES = [
+RAISES = [
     "`{call}` fails with `{exc}`{message}, where I expected it to work.",
     "Calling `{call}` now raises `{exc}`{message}.",
     "I'm getting an unexpected `{exc}`{message} when I call `{call}`.",
@@ -367,7 +367,7 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
         observed, expected = eq.group(1), eq.group(2)
         if called[1] == "right":
             observed, expected = expected, observed
-        body.append(rng.choice(_VALUE).format(call=called[0], observed=observed, expected=expected))
+        body.append(rng.choice(VALUE).format(call=called[0], observed=observed, expected=expected))
         extra = [e.strip() for e in failure.error[1:] if e.lstrip().startswith("At index")]
         if extra:
             body.append("```\n" + "\n".join(extra) + "\n```")
@@ -377,7 +377,7 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
     elif exc:
         symptom, (exc_name, message) = "raises", exc
         message = f" (`{message}`)" if message else ""
-        template = rng.choice(_RAISES) if call else rng.choice(_RAISES_NO_CALL)
+        template = rng.choice(RAISES) if call else rng.choice(_RAISES_NO_CALL)
         body.append(template.format(call=call, subject=subject, exc=exc_name, message=message))
     elif failure.test_line and failure.error:
         symptom, exc_name = "check", ""

@@ -49,7 +49,7 @@ from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
                                   write_json)
-from forgeline.tasks.generate import REPRO, TITLES
+from forgeline.tasks.generate import RAISES, REPRO, TITLES, VALUE
 from forgeline.tasks.mutations import KINDS, apply_mutation, candidate_sites, mutated_if_valid
 from forgeline.tasks.schema import repo_key
 
@@ -146,17 +146,31 @@ def _result(output: str, max_chars: int) -> str:
 _EXCEPTIONS = ("TypeError", "ValueError", "AttributeError", "IndexError", "KeyError", "ZeroDivisionError")
 
 
-def synthetic_statement(subject: str, name: str, module: str, rng: random.Random) -> str:
-    """An issue in the task generator's wordings (its titles and reproduction lines) for a
-    bug in `subject`; there is no test run, so the body says what misbehaves, not by how much."""
+_ARGUMENTS = ["x", "data", "1, 2", "'a b'", "[]", "None", "0", "-1", "3.5", "'x', 2", "items, key"]
+_VALUES = ["0", "1", "-1", "2", "None", "True", "False", "[]", "''", "0.5", "3", "(1, 2)"]
+
+
+def synthetic_statement(subject: str, name: str, module: str, rng: random.Random,
+                        callers: Sequence[str] = ()) -> str:
+    """An issue in the task generator's wordings (its titles, body lines and reproduction
+    lines) for a bug in `subject`. Like a generated issue, the body shows a call the failing
+    test makes, often of another function of the module (`callers`), with made-up values
+    (there is no test run): the function to look at is the one the title names."""
     symptom = rng.choice(["value", "raises", "check"])
     exc = rng.choice(_EXCEPTIONS)
     title = rng.choice(TITLES[symptom]).format(subject=subject, exc=exc)
-    body = {"value": f"{subject} no longer returns what its documentation promises.",
-            "raises": f"Calling {subject} now raises `{exc}` for input it used to accept.",
-            "check": f"{subject} no longer behaves as its tests expect."}[symptom]
-    test = f"tests/test_{module.rsplit('.', 1)[-1]}.py::test_{name.strip('_')}"
-    return f"{title}\n\n{body}\n\n{rng.choice(REPRO).format(test=test)}"  # as user_prompt strips it
+    called = rng.choice(callers) if callers and rng.random() < 0.6 else name
+    call = f"{called}({rng.choice(_ARGUMENTS)})"
+    observed, expected = rng.sample(_VALUES, 2)
+    body = [{"value": rng.choice(VALUE).format(call=call, observed=observed, expected=expected),
+             "raises": rng.choice(RAISES).format(call=call, exc=exc, message=""),
+             "check": f"The check `assert {call} == {expected}` does not hold any more."}[symptom]]
+    others = rng.choice([0, 0, 1, 2, 5, 14])
+    if others:
+        body.append(f"{others} other test{'s' if others > 1 else ''} in the suite fail"
+                    f"{'' if others > 1 else 's'} as well.")
+    test = f"tests/test_{module.rsplit('.', 1)[-1]}.py::test_{called.strip('_')}"
+    return "\n\n".join([title, *body, rng.choice(REPRO).format(test=test)])  # as user_prompt strips it
 
 
 def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
@@ -191,8 +205,9 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     if not grep or line > fn[1] + max_lines - 1:
         return None
     module = path[:-3].replace("/", ".").removesuffix(".__init__")
+    callers = sorted({f for f in re.findall(r"^\s*def ([A-Za-z]\w*)\(", clean, re.M) if f != name})
     statement = synthetic_statement(f"`{module}.{site.function}`", name, module,
-                                    random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"))
+                                    random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"), callers)
     actions = [("bash", {"command": find_function_command(name, folder, max_lines)}),
                ("edit", edit),
                ("submit", {})]

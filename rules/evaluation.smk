@@ -1,5 +1,6 @@
 # Phase 5: evidence. Every policy runs on every panel under one protocol (same tasks, agent
 # config and seeds); the paired tables and the report are built from those results.
+from forgeline.policy.copy_pretrain import PHASES as COPY_PHASES, copy_config
 
 PANELS = config["evaluation"]["panels"]
 POLICIES = config["evaluation"]["policies"]
@@ -17,8 +18,13 @@ MANIFEST_FILES = [
     *expand("results/eval/{panel}/{policy}.manifest.json", panel=PANELS, policy=POLICIES),
     "results/eval/tables/manifest.json",
 ]
+# How the base policy was made, for the report, when the tiny model is built here (source sft):
+# its SFT loss curve and, if copy pre-training ran any step, its copy curve (none at 0 steps).
+COPY_PRETRAINED = BASE_SOURCE == "sft" and any(
+    copy_config(config["policy"].get("init", {}).get("copy"))[phase]["steps"] for phase in COPY_PHASES)
+BASE_CURVES = [*(["copy_curve"] if COPY_PRETRAINED else []), *(["sft_curve"] if BASE_SOURCE == "sft" else [])]
 # the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
-REPORT_PLOTS = ["success", "dag", "funnel", "difficulty", "critic_curve", "ppo_curve"]
+REPORT_PLOTS = ["success", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "ppo_curve"]
 MANIFEST_DIRS = [*(["results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
                  "results/critic", "results/adapter"]
 
@@ -101,6 +107,8 @@ rule report:
         split="results/split/split.json",
         images=expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),
         difficulty=expand("results/pool/{repo}.difficulty.json", repo=POOL),
+        init=["results/policy/init"] if COPY_PRETRAINED else [],
+        sft=["results/policy/sft"] if BASE_SOURCE == "sft" else [],
         critic="results/critic",
         ppo="results/adapter",
         tables="results/eval/tables/metrics.json",
@@ -109,6 +117,8 @@ rule report:
         code=stage_code("forgeline.evaluation.report"),
     params:
         folder_manifests=[f"{d}/manifest.json" for d in sorted(set(MANIFEST_DIRS))],
+        copy_curve=lambda w, input: f"--copy-curve {input.init}/copy_curve.json" if input.init else "",
+        sft_curve=lambda w, input: f"--sft-curve {input.sft}/loss_curve.json" if input.sft else "",
     output:
         html=report("results/report/report.html", caption="../docs/report-caption.rst",
                     category="evidence"),
@@ -125,7 +135,8 @@ rule report:
         runtime=10,
     shell:
         "forgeline report {CONFIG} --out-dir results/report --dag {input.dag} --funnel {input.funnel}"
-        " --split {input.split} --images {input.images} --difficulty {input.difficulty}"
+        " --split {input.split} --images {input.images} {params.copy_curve} {params.sft_curve}"
+        " --difficulty {input.difficulty}"
         " --critic {input.critic}/metrics.json --ppo-log {input.ppo}/train_log.jsonl"
         " --metrics {input.tables} --tables-md results/eval/tables/tables.md"
         " --manifests {input.manifests} {params.folder_manifests} --manifest {output.manifest} --log {log}"

@@ -47,6 +47,25 @@ def test_ppo_rows_fill_missing_gates():
     assert [(r["step"], r["drops_alignment"], r["drops_outcome"]) for r in rows] == [(1, 0, 2), (2, 1, 0)]
 
 
+def test_copy_phase_ends_count_each_phase_steps():
+    # repeat stopped early at its accuracy (step 100); a point every 50 steps and at a phase's end
+    rows = rp.copy_rows([{"phase": "recall", "step": 160, "loss": 0.7, "copy_accuracy": 0.9, "lr": 3e-3},
+                         {"phase": "repeat", "step": 50, "loss": 8.0, "copy_accuracy": 0.1, "lr": 3e-3},
+                         {"phase": "repeat", "step": 100, "loss": 1.0, "copy_accuracy": 0.86, "lr": 3e-3},
+                         {"phase": "recall", "step": 150, "loss": 0.9, "copy_accuracy": 0.8, "lr": 3e-3}])
+    assert [r["step"] for r in rows] == [50, 100, 150, 160]
+    assert rp.copy_phase_ends(rows) == [
+        {"phase": "repeat", "steps": 100, "last_step": 100, "loss": 1.0, "copy_accuracy": 0.86},
+        {"phase": "recall", "steps": 60, "last_step": 160, "loss": 0.7, "copy_accuracy": 0.9}]
+
+
+def test_sft_rows_moving_mean_of_the_last_steps():
+    rows = rp.sft_rows([{"step": s, "epoch": 0, "loss": loss, "tokens": 10} for s, loss in enumerate([4, 2, 3, 1])],
+                       window=2)
+    assert [r["loss_mean"] for r in rows] == [4, 3, 2.5, 2]
+    assert rows[0]["tokens"] == 10 and rows[0]["lr"] is None
+
+
 def _inputs(tmp: Path) -> dict[str, object]:
     """Every input of the report in its real format; returns the argument values."""
     ingest = {r: {"repo": r, "accepted": 10, "rejected": 1, "rejected_by_category": {"schema": 1}}
@@ -79,6 +98,15 @@ def _inputs(tmp: Path) -> dict[str, object]:
         "chosen_epoch": 2, "val": {"mse": 0.25, "ev": 0.16, "baseline_mse": 0.4},
         "test": {"mse": 0.3, "ev": 0.1, "baseline_mse": 0.42, "episodes": 24, "tasks": 6},
         "data": {"train_episodes": 100}})
+    # the base policy: copy pre-training (repeat stopped early at step 100) and two epochs of SFT
+    write_json(tmp / "copy_curve.json", [
+        {"phase": phase, "step": step, "loss": loss, "copy_accuracy": acc, "lr": 0.003}
+        for phase, step, loss, acc in (("repeat", 50, 8.6, 0.01), ("repeat", 100, 1.02, 0.8602),
+                                       ("recall", 150, 0.9, 0.8), ("recall", 160, 0.66, 0.9229),
+                                       ("match", 200, 2.9, 0.6), ("match", 210, 2.42, 0.7049))])
+    write_json(tmp / "loss_curve.json", [
+        {"step": s, "epoch": s // 15, "loss": round(5.0 - 0.1 * s, 6), "tokens": 100, "examples": 4,
+         "lr": 2e-4, "grad_norm": 1.5} for s in range(30)])
     # step 0 kept no episode: the PPO log then has null statistics (ppo.py writes None)
     (tmp / "train_log.jsonl").write_text("".join(json.dumps({
         "step": s, "reward_mean": -0.2 + 0.05 * s if s else None, "success_rate": 0.1 * s,
@@ -104,6 +132,7 @@ def _inputs(tmp: Path) -> dict[str, object]:
     Manifest(stage="funnel").write(tmp / "funnel.manifest.json", outputs=[tmp / "funnel.json"])
     return {"dag": str(tmp / "dag.dot"), "funnel": str(tmp / "funnel.json"), "split": str(tmp / "split.json"),
             "images": [str(tmp / "alpha.image.json")], "difficulty": [str(tmp / "difficulty.json")],
+            "copy_curve": str(tmp / "copy_curve.json"), "sft_curve": str(tmp / "loss_curve.json"),
             "critic": str(tmp / "critic.json"), "ppo_log": str(tmp / "train_log.jsonl"),
             "metrics": str(tmp / "metrics.json"), "tables_md": str(tmp / "tables.md"),
             "manifests": [str(tmp / "split.manifest.json"), str(tmp / "funnel.manifest.json")]}
@@ -111,7 +140,7 @@ def _inputs(tmp: Path) -> dict[str, object]:
 
 def _args(out: Path, **given) -> argparse.Namespace:
     base = {"out_dir": str(out), "title": "forgeline evidence report", "dag": None, "funnel": None, "split": None,
-            "images": [], "difficulty": [], "critic": None, "ppo_log": None, "metrics": None, "tables_md": None,
+            "images": [], "difficulty": [], "copy_curve": None, "sft_curve": None, "critic": None, "ppo_log": None, "metrics": None, "tables_md": None,
             "manifests": [], "manifest": None}
     return argparse.Namespace(**{**base, **given})
 
@@ -121,7 +150,8 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     out = tmp_path / "report"
     rp.run(Config(data={}), _args(out, **inputs))
     page = (out / "report.html").read_text()
-    for anchor in ("result", "tables", "dag", "funnel", "split", "images", "difficulty", "critic", "ppo", "artifacts"):
+    for anchor in ("result", "tables", "dag", "funnel", "split", "images", "base", "difficulty", "critic", "ppo",
+                   "artifacts"):
         assert f'<section id="{anchor}">' in page
     assert "Not part of this build" not in page
     # the result stated plainly, as the tables say it
@@ -136,7 +166,7 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     assert "<code>ingest</code> &rarr; <code>funnel</code>" in page
     assert (out / "dag.svg").exists() or (out / "dag.png").read_bytes().startswith(b"\x89PNG")
     # plots as files, CSVs for dvc plots, captions for snakemake --report
-    for name in ("success", "funnel", "difficulty", "critic_curve", "ppo_curve"):
+    for name in ("success", "funnel", "copy_curve", "sft_curve", "difficulty", "critic_curve", "ppo_curve"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert (out / f"{name}.rst").read_text().strip()
         assert len((out / f"{name}.csv").read_text().splitlines()) >= 2
@@ -145,10 +175,19 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     assert ppo_csv[1].startswith("0,,0.0,,") and ppo_csv[1].endswith(",16,0")  # nulls stay empty
     assert (out / "critic_curve.csv").read_text().splitlines()[0] == "epoch,train_mse,val_mse,train_ev,val_ev"
     assert (out / "difficulty.csv").read_text() == "c,tasks\n0,1\n1,1\n2,1\n"
+    # how the base policy was made: the facts of both curves, their rows as CSV
+    assert "Final copy accuracy per phase: repeat 86.0%, recall 92.3%, match 70.5%." in page
+    assert "SFT: 30 steps over 2 epochs, 3,000 action tokens; loss 5.000 at step 0 &rarr; 2.100 at step 29" in page
+    copy_csv = (out / "copy_curve.csv").read_text().splitlines()
+    assert copy_csv[0] == "step,phase,loss,copy_accuracy,lr" and copy_csv[2] == "100,repeat,1.02,0.8602,0.003"
+    assert len(copy_csv) == 7
+    sft_csv = (out / "sft_curve.csv").read_text().splitlines()
+    assert sft_csv[0] == "step,epoch,loss,loss_mean,tokens,examples,lr,grad_norm" and len(sft_csv) == 31
+    assert sft_csv[-1] == "29,1,2.1,3.05,100,4,0.0002,1.5"  # mean of the last 20 steps' losses
     funnel_csv = (out / "funnel.csv").read_text()
     assert "candidates,33" in funnel_csv and "pool,16" in funnel_csv and "validate: nop,3" in funnel_csv
     # self-contained: every picture inline, nothing fetched from elsewhere
-    assert page.count('src="data:image/png;base64,') >= 5
+    assert page.count('src="data:image/png;base64,') >= 7
     assert "http://" not in page.replace('xmlns="http://', "") and "https://" not in page
     man = json.loads((out / "manifest.json").read_text())
     assert man["stage"] == "evaluation.report" and any(o["path"].endswith("report.html") for o in man["outputs"])
@@ -163,9 +202,12 @@ def test_report_with_few_inputs_says_what_is_missing(tmp_path):
     out = tmp_path / "partial"
     rp.run(Config(data={}), _args(out, metrics=inputs["metrics"], split=inputs["split"]))
     page = (out / "report.html").read_text()
-    assert "Not part of this build: DAG, task funnel, images, difficulty, critic metrics, PPO log, artifact manifests." in page
+    assert ("Not part of this build: DAG, task funnel, images, copy pre-training curve, SFT loss curve, difficulty, "
+            "critic metrics, PPO log, artifact manifests.") in page
+    assert '<section id="base">' not in page
     assert "no significant difference (p=1.00" in page
     assert not (out / "ppo_curve.png").exists() and (out / "success.png").exists()
+    assert not (out / "copy_curve.png").exists() and not (out / "sft_curve.csv").exists()
     empty = tmp_path / "empty"
     (tmp_path / "empty.dot").write_text("")  # what a failed `snakemake --rulegraph >` leaves
     rp.run(Config(data={}), _args(empty, dag=str(tmp_path / "empty.dot")))

@@ -12,7 +12,7 @@ import pytest
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
-from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, parse_patch  # noqa: E402
+from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, oracle_texts, parse_patch  # noqa: E402
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.chat import render_ids  # noqa: E402
@@ -29,6 +29,7 @@ __all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds th
 
 torch.set_num_threads(1)
 TOOLS = tool_schemas(agent_config()["tools"])
+SUBMIT = oracle_texts([("submit", {})])[0]
 PATH = "alpha/__init__.py"
 CLEAN = TINY_REPOS["alpha"][0]
 
@@ -73,16 +74,17 @@ def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
         task = {"instance_id": f"alpha.syn.{kind}", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
                 "FAIL_TO_PASS": [], "PASS_TO_PASS": ["tests/test_alpha.py::test_add"],
                 "problem_statement": msgs[1]["content"], "image_name": "x"}
-        texts = [m["content"] for m in msgs if m["role"] == "assistant"]
+        # the conversation ends with the test call; the replay goes on with a submit
+        texts = [m["content"] for m in msgs if m["role"] == "assistant"] + [SUBMIT]
         engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
         rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
                           env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
-        assert rec["messages"] == msgs
+        assert rec["messages"][:len(msgs)] == msgs and "passed" in rec["messages"][len(msgs)]["content"]
         assert rec["exit_status"] == "submitted"
         fix = parse_patch(rec["submission"])[PATH]  # the agent's diff turns the bug back into CLEAN
         assert apply_hunks(buggy, fix) == CLEAN
         tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
-        assert tokens == rec["tokens"] and mask == rec["action_mask"]
+        assert tokens == rec["tokens"][:len(tokens)] and mask == rec["action_mask"][:len(mask)]
 
 
 def test_masked_loss_ignores_non_action_tokens():
@@ -178,11 +180,11 @@ def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repos
             "patch": make_patch(path, rename_text(CLEAN), rename_text(apply_mutation(CLEAN, site))),
             "FAIL_TO_PASS": [rename_text("tests/test_alpha.py::test_add")], "PASS_TO_PASS": [],
             "problem_statement": renamed[1]["content"], "image_name": "x"}
-    texts = [m["content"] for m in renamed if m["role"] == "assistant"]
+    texts = [m["content"] for m in renamed if m["role"] == "assistant"] + [SUBMIT]
     engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
     rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
                       env=RepoSnapshot.load(tmp_path, "renamed").env(), tokenizer=tok)
-    assert rec["messages"] == renamed and rec["outcome"] == "resolved"
+    assert rec["messages"][:len(renamed)] == renamed and rec["outcome"] == "resolved"
 
 
 def test_rename_share_is_deterministic_and_marks_the_ids():

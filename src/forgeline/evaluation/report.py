@@ -4,8 +4,9 @@ Every input is optional; a section whose input was not given is listed as "not p
 build". Sections, in order: the result (the paired tables' verdicts, stated plainly), the
 paired tables, the DAG (`snakemake --rulegraph` DOT: drawn by graphviz `dot` when it is on
 PATH, else by matplotlib in layers; the edges are always listed), the task funnel, the split
-digest, the image digests, the difficulty (pass@k) histogram, the critic curves, the PPO
-curves, and the sha256 of every artifact named by the given manifests.
+digest, the image digests, the base policy (copy pre-training and SFT curves of the tiny
+model), the difficulty (pass@k) histogram, the critic curves, the PPO curves, and the sha256 of
+every artifact named by the given manifests.
 
 Outputs (in --out-dir): report.html (plots embedded as base64 PNG / inline SVG, no external
 file or network access), every plot as its own file (<name>.png, dag.svg with graphviz), a
@@ -138,6 +139,45 @@ def ppo_rows(log_lines: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[s
         row.update({f"drops_{g}": int((line.get("drops") or {}).get(g, 0)) for g in gates})
         rows.append(row)
     return rows, gates
+
+
+COPY_COLUMNS = ("step", "phase", "loss", "copy_accuracy", "lr")
+
+
+def copy_rows(curve: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """[{step, phase, loss, copy_accuracy, lr}] of a copy_curve.json (policy.copy_pretrain: a point
+    every `log_every` steps and at each phase's end; loss in nats per copied id and the share of
+    copied ids predicted exactly, both averaged over the steps since the previous point), by step."""
+    return [{k: p.get(k) for k in COPY_COLUMNS} for p in sorted(curve, key=lambda p: p["step"])]
+
+
+def copy_phase_ends(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """[{phase, steps, last_step, loss, copy_accuracy}]: each phase's last point, in training
+    order; steps = optimizer steps the phase ran (`repeat` may stop early at its accuracy)."""
+    ends: list[dict] = []
+    for r, after in zip(rows, [*rows[1:], None]):
+        if after is None or after["phase"] != r["phase"]:
+            start = ends[-1]["last_step"] if ends else 0
+            ends.append({"phase": r["phase"], "steps": r["step"] - start, "last_step": r["step"],
+                         "loss": r["loss"], "copy_accuracy": r["copy_accuracy"]})
+    return ends
+
+
+SFT_COLUMNS = ("step", "epoch", "loss", "loss_mean", "tokens", "examples", "lr", "grad_norm")
+SFT_MEAN_STEPS = 20  # the window of the sft stage's own loss_curve.png
+
+
+def sft_rows(curve: Sequence[Mapping[str, Any]], window: int = SFT_MEAN_STEPS) -> list[dict]:
+    """[{step, epoch, loss, loss_mean, tokens, examples, lr, grad_norm}] of an SFT loss_curve.json
+    (train.sft: one point per optimizer step, loss in nats per action token, tokens = action
+    tokens), by step; loss_mean is the mean loss of the last `window` steps (fewer at the start)."""
+    points = sorted(curve, key=lambda p: p["step"])
+    losses = [p["loss"] for p in points]
+    rows = []
+    for i, p in enumerate(points):
+        recent = losses[max(0, i - window + 1):i + 1]
+        rows.append({**{k: p.get(k) for k in SFT_COLUMNS}, "loss_mean": round(sum(recent) / len(recent), 6)})
+    return rows
 
 
 def artifact_rows(manifests: Mapping[str, Mapping[str, Any]]) -> list[dict]:
@@ -308,6 +348,41 @@ def plot_ppo(rows: Sequence[Mapping[str, Any]], gates: Sequence[str]):
     return fig
 
 
+def plot_copy_curve(rows: Sequence[Mapping[str, Any]], ends: Sequence[Mapping[str, Any]]):
+    """Loss and copy accuracy per step, one colour per phase (the same in both panels); a dotted
+    line where each phase but the last ends."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for ax, key, title in ((axes[0], "loss", "loss on the copied ids (nats)"),
+                           (axes[1], "copy_accuracy", "copy accuracy (ids copied exactly)")):
+        for end in ends:
+            points = [r for r in rows if r["phase"] == end["phase"]]
+            ax.plot([r["step"] for r in points], [r[key] for r in points], "-o", ms=2.5, lw=1.2, label=end["phase"])
+        for end in ends[:-1]:
+            ax.axvline(end["last_step"], color="grey", ls=":", lw=1)
+        ax.set_xlabel("step")
+        ax.set_title(title)
+    axes[1].set_ylim(0, 1)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sft_curve(rows: Sequence[Mapping[str, Any]], window: int):
+    """SFT loss per step, raw and as its moving mean."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [r["loss"] for r in rows], lw=0.6, alpha=0.5, label="loss per step")
+    ax.plot(steps, [r["loss_mean"] for r in rows], lw=1.5, label=f"{window}-step mean")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats per action token)")
+    ax.set_title("SFT loss")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_success(metrics: Mapping[str, Mapping[str, Any]]):
     """Success rate with its interval, per panel and policy."""
     plt = _plt()
@@ -399,6 +474,11 @@ CAPTIONS = {
               "rejected by each check.",
     "difficulty": "Difficulty filter: pool tasks by the number c of resolved episodes out of k; green bars "
                   "are inside the kept band.",
+    "copy_curve": "Copy pre-training of the tiny base policy on random ids, per step: the loss on the copied "
+                  "ids and the share of them predicted exactly, one colour per phase (repeat, recall, match); "
+                  "dotted lines where a phase ends.",
+    "sft_curve": "SFT of the tiny base policy on agent trajectories: the loss on the action tokens per "
+                 f"optimizer step and its {SFT_MEAN_STEPS}-step moving mean.",
     "critic_curve": "Critic training: value MSE and explained variance per epoch on train and validation "
                     "episodes; the dashed line is the chosen epoch, the dotted one the mean-return baseline.",
     "ppo_curve": "PPO training per step: mean reward, success rate, KL to the reference policy, the critic's "
@@ -415,6 +495,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", nargs="*", default=[], help="image records results/images/<repo>.json")
     parser.add_argument("--difficulty", nargs="*", default=[],
                         help="difficulty report JSON(s), e.g. one per repository (merged)")
+    parser.add_argument("--copy-curve", help="copy_curve.json of policy-init (the tiny base policy's copying)")
+    parser.add_argument("--sft-curve", help="loss_curve.json of sft (the tiny base policy's SFT)")
     parser.add_argument("--critic", help="the critic's metrics.json")
     parser.add_argument("--ppo-log", help="PPO train_log.jsonl")
     parser.add_argument("--metrics", help="metrics.json of the tables stage")
@@ -530,6 +612,31 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
     else:
         missing.append("images")
 
+    # the base policy, when the tiny model was made here: copy pre-training, then SFT
+    base = ""
+    if args.copy_curve:
+        rows = copy_rows(_read_json(args.copy_curve))
+        ends = copy_phase_ends(rows)
+        base += (figure("copy_curve", plot_copy_curve(rows, ends), rows, COPY_COLUMNS)
+                 + "<p>Final copy accuracy per phase: "
+                 + ", ".join(f"{esc(e['phase'])} {100 * e['copy_accuracy']:.1f}%" for e in ends) + ".</p>"
+                 + html_table(ends, ("phase", "steps", "last_step", "loss", "copy_accuracy")))
+    else:
+        missing.append("copy pre-training curve")
+    if args.sft_curve:
+        rows = sft_rows(_read_json(args.sft_curve))
+        first, last = rows[0], rows[-1]
+        epochs = len({r["epoch"] for r in rows})
+        base += (figure("sft_curve", plot_sft_curve(rows, SFT_MEAN_STEPS), rows, SFT_COLUMNS)
+                 + f"<p>SFT: {len(rows)} steps over {epochs} epoch{'s' if epochs > 1 else ''}, "
+                   f"{sum(r['tokens'] for r in rows):,} action tokens; loss {first['loss']:.3f} at step "
+                   f"{first['step']} &rarr; {last['loss']:.3f} at step {last['step']} "
+                   f"({SFT_MEAN_STEPS}-step mean {last['loss_mean']:.3f}).</p>")
+    else:
+        missing.append("SFT loss curve")
+    if base:
+        sections.append(("base", "Base policy", base))
+
     # difficulty
     if args.difficulty:
         rep = merge_difficulty([_read_json(p) for p in args.difficulty])
@@ -582,9 +689,9 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    inputs = [p for p in (args.dag, args.funnel, args.split, args.critic, args.ppo_log,
-                          args.metrics, args.tables_md) if p] + list(args.difficulty) + list(args.images) \
-        + list(args.manifests)
+    inputs = [p for p in (args.dag, args.funnel, args.split, args.copy_curve, args.sft_curve, args.critic,
+                          args.ppo_log, args.metrics, args.tables_md) if p] \
+        + list(args.difficulty) + list(args.images) + list(args.manifests)
     manifest = Manifest(stage=STAGE, inputs=inputs, code=stage_sources(__name__))
     with manifest.timed("build"):
         text, files = build(args)

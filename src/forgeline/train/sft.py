@@ -9,9 +9,10 @@ Data (never a pool or panel repository: asserted):
   mutation of a function of some Python source (the SFT repositories' package code and the
   interpreter's standard library), rendered as the oracle's conversation
   (statement naming the function -> `grep -rn -A N "def f(" pkg` -> `edit` with the fix ->
-  `submit`), with the tool outputs written the way the agent writes
+  the test call), with the tool outputs written the way the agent writes
   them (`exit code: 0\\n` + output, cut by `episode.truncate`; `edited PATH`). There are no
-  tests to run, so the oracle's pytest turn is left out.
+  tests to run, so the conversation ends with the oracle's test call; the `submit` after the
+  test output is taught by the oracle episodes.
 
 Training: examples cut to `max_seq_len`, shuffled per epoch with a seeded RNG, packed into
 batches of at most `tokens_per_batch` padded tokens, AdamW, linear warm-up then cosine (or
@@ -40,8 +41,8 @@ from tqdm import tqdm
 
 from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
                                      truncate)
-from forgeline.agent.oracle import (_enclosing_function, _first_changed_line, find_function_command,
-                                    fix_arguments, grep_after, oracle_texts,
+from forgeline.agent.oracle import (TEST_COMMAND, _enclosing_function, _first_changed_line,
+                                    find_function_command, fix_arguments, grep_after, oracle_texts,
                                     parse_patch)
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, render, tool_message
@@ -177,7 +178,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
                        max_tool_output_chars: int = 2000) -> list[dict] | None:
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
     the file at repo-relative `path`): system, user (a statement naming the function), then
-    grep / nl / edit / submit turns with synthesised tool results. None when the mutation
+    grep / edit / test-call turns with synthesised tool results. None when the mutation
     cannot be rendered as one unique edit (several hunks, an ambiguous `old`, no newline at
     the end of the file)."""
     if not clean.endswith("\n"):
@@ -208,9 +209,11 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     callers = sorted({f for f in re.findall(r"^\s*def ([A-Za-z]\w*)\(", clean, re.M) if f != name})
     statement = synthetic_statement(f"`{module}.{site.function}`", name, module,
                                     random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"), callers)
+    # ends with the oracle's test call, as an oracle episode goes on: there is no test suite
+    # to answer it, and the submit after its output is what the oracle episodes teach
     actions = [("bash", {"command": find_function_command(name, folder, max_lines)}),
                ("edit", edit),
-               ("submit", {})]
+               ("bash", {"command": TEST_COMMAND})]
     results = [_result(grep, max_tool_output_chars), truncate(f"edited {path}", max_tool_output_chars)]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
     for text, result in zip(oracle_texts(actions), [*results, None]):

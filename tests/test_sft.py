@@ -213,6 +213,27 @@ def test_synthetic_statement_names_the_function_in_the_title_and_often_calls_ano
                      for i in range(40)]
 
 
+def test_line_copy_drill_is_the_grep_output_then_lines_as_the_edit_writes_old(tok):
+    """The loss is on each copied line but its first token, and on the `",` that closes it;
+    the copies are lines of the function grep shows, JSON-escaped."""
+    text = 'def f(a, b):\n    if a == "x":\n        return a + b\n    return b\n'
+    ex = sft.line_copy_example(tok, "pkg/m.py", text, random.Random(1), max_lines=20, copies=3)
+    rendered = tok.decode(ex["tokens"])
+    assert rendered.startswith('exit code: 0\npkg/m.py:1:def f(a, b):\npkg/m.py-2-    if a == "x":\n')
+    copies = [json.loads("{" + ln.rstrip(",") + "}")["old"] for ln in rendered.splitlines() if ln.startswith('"old": ')]
+    assert len(copies) == 3 and set(copies) <= {"def f(a, b):", 'if a == "x":', "return a + b", "return b"}
+    trained = [tok.decode([t]) for t, m in zip(ex["tokens"], ex["mask"]) if m]
+    assert trained.count('",') == 3
+    if 'if a == "x":' in copies:  # its quotes are copied escaped, as JSON needs
+        assert '\\"x\\"' in "".join(trained)
+    first_tokens = {tok.decode(tok.encode(c, add_special_tokens=False)[:1]) for c in copies}
+    assert not first_tokens & set(trained)  # which line to copy is not trained
+    assert sft.line_copy_example(tok, "pkg/m.py", "x = 1\n", random.Random(1)) is None
+    files = [("pkg/m.py", text), ("pkg/n.py", text.replace("f(", "g("))]
+    assert sft.line_copies(tok, files, 5, seed=2) == sft.line_copies(tok, files, 5, seed=2)
+    assert len(sft.line_copies(tok, files, 5, seed=2)) == 5
+
+
 def test_check_sft_repos_refuses_pool_tasks():
     sft.check_sft_repos([{"repo": "tinycsv", "instance_id": "a"}], ["tinycsv"], ["ledgerkit"])
     with pytest.raises(ValueError, match="not an SFT repository"):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
+import json
 import keyword
 import logging
 import math
@@ -80,6 +81,10 @@ DEFAULTS: dict[str, Any] = {
         "per_file": 2,          # examples per source file at most
         "rename": 0.0,          # share of examples whose function/folder/module get fresh names
         "kinds": list(KINDS),   # mutation kinds
+    },
+    "line_copies": {
+        "examples": 0,          # copying drills for the edit turn's `old` (0 = none)
+        "copies": 4,            # lines copied per drill
     },
 }
 
@@ -332,6 +337,61 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
     return out
 
 
+def line_copy_example(tokenizer, path: str, text: str, rng: random.Random, max_lines: int = 30,
+                      copies: int = 4, max_tool_output_chars: int = 2000) -> dict[str, Any] | None:
+    """A copying drill for the edit turn's `old`: a function of `text` as the oracle's grep
+    shows it, then `copies` of its lines again, each written as the edit call writes `old`
+    (`"old": "<the line without indentation, JSON-escaped>",`, one per line). The loss is on
+    each copy but its first token: which line to copy is the policy's choice; continuing it
+    exactly (quotes escaped) and closing it at the line's end is the copying the edit turn
+    loses most of its log-probability on (bench/README.md, oracle_likelihood). Made without
+    any sandbox; None where `text` has no function with two lines worth copying."""
+    found = [m for m in re.finditer(r"^[ \t]*def ([A-Za-z_]\w*)\(", text, re.M)]
+    if not found:
+        return None
+    m = rng.choice(found)
+    lines = text.splitlines(True)
+    first = text.count("\n", 0, m.start())
+    window = [ln.strip() for ln in lines[first:first + max_lines]]
+    window = [ln for ln in window if len(ln) > 3]
+    if len(window) < 2:
+        return None
+    folder = path.split("/")[0] if "/" in path else "."
+    shown = grep_after(lines, path if folder != "." else "./" + path, f"def {m.group(1)}(", max_lines - 1)
+    head = _result(shown, max_tool_output_chars) + "\n"
+    text_out, spans = head, []
+    picks = rng.sample(window, copies) if len(window) >= copies else [rng.choice(window) for _ in range(copies)]
+    for line in picks:
+        start = len(text_out) + len('"old": "')
+        text_out += '"old": ' + json.dumps(line) + ",\n"
+        spans.append((start, len(text_out) - 1))  # the line and the `",` that closes it in the call
+    enc = tokenizer(text_out, add_special_tokens=False, return_offsets_mapping=True)
+    mask, seen = [], set()
+    for a, b in enc["offset_mapping"]:
+        hit = next((k for k, (lo, hi) in enumerate(spans) if lo <= a < hi), None)
+        mask.append(int(hit is not None and hit in seen))
+        if hit is not None:
+            seen.add(hit)
+    return {"id": f"copy:{path}:{m.group(1)}", "tokens": list(enc["input_ids"]), "mask": mask}
+
+
+def line_copies(tokenizer, files: Sequence[tuple[str, str]], n: int, seed: int, max_lines: int = 30,
+                copies: int = 4, max_tool_output_chars: int = 2000) -> list[dict[str, Any]]:
+    """`n` copying drills (`line_copy_example`), one per file in a seeded hash order (again
+    from the start while fewer than n were made); deterministic."""
+    order = sorted(files, key=lambda f: _rank(seed, "copy:" + f[0]))
+    out: list[dict[str, Any]] = []
+    for rnd in range(1 + n // max(len(order), 1)):
+        for path, text in order:
+            if len(out) >= n:
+                return out
+            ex = line_copy_example(tokenizer, path, text, random.Random(_rank(seed, f"copy:{rnd}:{path}")),
+                                   max_lines, copies, max_tool_output_chars)
+            if ex is not None:
+                out.append(ex)
+    return out
+
+
 def synthetic_sources(sft_repo_dirs: Iterable[Path], stdlib: bool, repos: bool,
                       max_file_bytes: int) -> list[tuple[str, str]]:
     """(repo-relative path, text) of the source files synthetic examples are made from: the
@@ -545,22 +605,28 @@ def run(cfg, args: argparse.Namespace) -> None:
         s = c["synthetic"]
         tools = tool_schemas(a["tools"])
         synth: list = []
-        if int(s["examples"]) > 0:
+        drills: list = []
+        n_drills = int(c["line_copies"]["examples"])
+        if int(s["examples"]) > 0 or n_drills > 0:
             files = synthetic_sources([repos_root / r for r in sft_repos], bool(s["stdlib"]),
                                       bool(s["repos"]), int(s["max_file_bytes"]))
             synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
                                             int(s["max_lines"]), int(s["per_file"]),
                                             int(a["max_tool_output_chars"]), float(s["rename"]))
+            drills = line_copies(tokenizer, files, n_drills, seed, int(s["max_lines"]),
+                                 int(c["line_copies"]["copies"]), int(a["max_tool_output_chars"]))
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})
+        examples += drills
         cut = [truncate_example(e, int(c["max_seq_len"])) for e in examples]
         n_cut = sum(len(e["tokens"]) > int(c["max_seq_len"]) for e in examples)
         examples = [e for e in cut if e is not None]
     if not examples:
         raise SystemExit("no SFT examples (no resolved oracle episodes and no synthetic ones)")
-    log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d cut to %d tokens; %d tokens, %d action",
-             len(records), int(c["oracle_repeat"]), len(synth), n_cut, int(c["max_seq_len"]),
+    log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d copying drills, %d cut to %d tokens; "
+             "%d tokens, %d action", len(records), int(c["oracle_repeat"]), len(synth), len(drills), n_cut,
+             int(c["max_seq_len"]),
              sum(len(e["tokens"]) for e in examples), sum(sum(e["mask"]) for e in examples))
     t0 = time.process_time()
     with manifest.timed("train"):
@@ -581,7 +647,8 @@ def run(cfg, args: argparse.Namespace) -> None:
     last = [x["loss"] for x in curve[-10:]]
     manifest.notes = {
         "oracle_episodes": len(records), "oracle_repos": sorted({repo_key(r["repo"]) for r in records}),
-        "synthetic_examples": len(synth), "examples": len(examples), "cut_examples": n_cut,
+        "synthetic_examples": len(synth), "copying_drills": len(drills), "examples": len(examples),
+        "cut_examples": n_cut,
         "sequence_tokens": sum(len(e["tokens"]) for e in examples),
         "action_tokens": sum(sum(e["mask"]) for e in examples),
         "steps": len(curve), "trained_action_tokens": n_tok,

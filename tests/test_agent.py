@@ -107,8 +107,8 @@ def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, 
         assert rec["tokens"][a:b] == turn["token_ids"] and turn["labels"]["well_formed_call"]
     # real tool outputs: the grep found the function, the tests ran and passed
     outputs = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
-    assert "alpha/__init__.py:1:def add(a, b):\n" in outputs[0] and "alpha/__init__.py-3-    return a - b" in outputs[0]
-    assert outputs[1] == "edited alpha/__init__.py"
+    assert "./alpha/__init__.py:1:def add(a, b):\n" in outputs[0] and "./alpha/__init__.py-3-    return a - b" in outputs[0]
+    assert outputs[1] == "edited ./alpha/__init__.py"
     assert outputs[2].startswith("exit code: 0") and " passed" in outputs[2] and " in 0." not in outputs[2]
     assert rec["turns"][2]["labels"]["tests_improved"] is True
     json.dumps(rec)
@@ -134,7 +134,30 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
     assert old == "    out = list(xs)" and oracle._enclosing_function(buggy, 3) == ("f", 1, 3)
 
 
-def test_fix_arguments_whole_line_then_line_scoped():
+
+def test_oracle_guesses_are_tested_reverted_then_fixed(world, tok, sandbox):
+    task = world["beta"]
+    rec = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["beta"],
+                                guesses=2)
+    assert rec["oracle_guesses"] >= 1 and oracle.usable_oracle_episode(rec)
+    n = rec["oracle_guesses"]
+    assert rec["oracle_actions"] == ["bash"] + ["edit", "bash", "bash"] * n + ["edit", "bash", "submit"]
+    outputs = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
+    # each guess really broke the suite and `git checkout .` really took it back
+    for g in range(n):
+        assert outputs[2 + 3 * g].startswith("exit code: 1") and "failed" in outputs[2 + 3 * g]
+        assert outputs[3 + 3 * g].startswith("exit code: 0")
+    assert outputs[-1].startswith("exit code: 0") and rec["outcome"] == "resolved"
+    added = [ln for ln in rec["submission"].splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert added == ["+        if x > t:"]  # only the fix is left in the diff
+    # the same draw for the same task and number; none for a task with nothing to guess
+    again = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["beta"],
+                                  guesses=2)
+    assert again["messages"] == rec["messages"]
+    assert oracle.oracle_episode(world["alpha"], sandbox, tok, {**CFG, "max_new_tokens": 128},
+                                 env=world["envs"]["alpha"], guesses=2) is None
+
+def test_fix_arguments_line_scoped_where_one_line_changed():
     clean = "def f(a, b):\n    if a <= b and b < 9:\n        return a - b\n    return b\n"
     # `<` occurs twice in the buggy line: the span grows until `old` is unique there
     buggy = clean.replace("    if a <= b and b < 9:\n", "    if a < b and b < 9:\n")
@@ -145,22 +168,19 @@ def test_fix_arguments_whole_line_then_line_scoped():
     buggy = clean.replace("a - b", "a + b")
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
     assert oracle.line_fix(hunk) == (3, "+", "-")
-    # the edit a policy writes: the line as grep shows it (no indentation) and the fixed line
-    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "old": "return a + b",
-                                                           "new": "return a - b"}
-    # ... unless that text occurs twice in the file: then line-scoped
-    twice = "def f(a, b):\n    if a:\n        return a + b\n    return a - b\n"
-    hunk = oracle.parse_patch(make_patch("p/m.py", twice, twice.replace("a - b", "a + b")))["p/m.py"][0]
-    assert oracle.fix_arguments("p/m.py", hunk, twice.replace("a - b", "a + b")) == \
-        {"path": "p/m.py", "line": 4, "old": "+", "new": "-"}
+    # the edit a policy writes: grep's line number and the changed token, nothing copied
+    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "line": 3, "old": "+", "new": "-"}
     # a removed statement has no '+' line: the file-level form is kept
     removed = clean.replace("        return a - b\n", "")
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]
     assert oracle.line_fix(hunk) is None and "line" not in oracle.fix_arguments("p/m.py", hunk, removed)
-    # the pure twin of the sandbox script refuses what the script refuses
-    assert ep_mod.apply_edit(clean, "b", "c", 2) is None          # twice in line 2
+    # with `line`, the nearest line that holds `old` once (the earlier of two as near)
     assert ep_mod.apply_edit(clean, "a", "c", 9) is None          # no line 9
-    assert ep_mod.apply_edit(clean, "<=", "<", 3) is None         # not in line 3
+    assert ep_mod.apply_edit(clean, "zz", "c", 2) is None         # in no line
+    assert ep_mod.apply_edit(clean, "b", "c", 2) == clean.replace("f(a, b)", "f(a, c)")  # twice in line 2
+    assert ep_mod.apply_edit(clean, "<=", "<", 3) == clean.replace("<=", "<")
+    assert ep_mod.apply_edit(clean, "return", "yield", 3) == clean.replace("return a", "yield a")
+    assert ep_mod.apply_edit(clean, "    ", "  ", 1) == clean.replace("    if", "  if")  # lines 2, 3 ...
 
 
 def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
@@ -176,7 +196,29 @@ def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
         real = subprocess.run(["grep", "-rn", "-A", str(after), "def f(", "pkg"], cwd=tmp_path,
                               capture_output=True, text=True, check=True).stdout
         assert oracle.grep_after(text.splitlines(True), "pkg/m.py", "def f(", after) == real
-    assert oracle.find_function_command("f", "pkg", 20) == 'grep -rn -A 19 "def f(" pkg'
+    assert oracle.find_function_command("f", 20) == 'grep -rn -A 19 "def f(" .'
+    real = subprocess.run(["grep", "-rn", "-A", "2", "def f(", "."], cwd=tmp_path,
+                          capture_output=True, text=True, check=True).stdout
+    assert oracle.grep_after(text.splitlines(True), oracle.shown_path("pkg/m.py"), "def f(", 2) == real
+
+
+def test_guesses_are_wrong_line_scoped_generator_edits_inside_the_window():
+    import random
+
+    clean = ("def f(a, b):\n    if a <= b and b > 9:\n        return a - b * 2\n    return b\n"
+             "\n\ndef g(x):\n    return x + 1\n")
+    buggy = clean.replace("a - b", "a + b")
+    guesses = oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 5)
+    assert 2 <= len(guesses) <= 5
+    seen = set()
+    for g in guesses:
+        assert set(g) == {"path", "line", "old", "new"} and 2 <= g["line"] <= 4
+        out = ep_mod.apply_edit(buggy, g["old"], g["new"], g["line"])
+        assert out is not None and out != clean and out != buggy and out not in seen
+        seen.add(out)
+        assert out.endswith("return x + 1\n")  # g() lies outside the window
+    assert guesses == oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 5)
+    assert oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 0) == []
 
 
 # -- episodes -----------------------------------------------------------------------------
@@ -268,6 +310,18 @@ def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
         assert missing.exit_code == 1 and "cannot read nope.py" in missing.output
         assert "x = " in s.diff() and "nope" not in s.diff()
 
+    # with `line`: the script does what its pure twin does, and says where it edited
+    source = TINY_REPOS["alpha"][0]
+    for line, old, new_text, said in [(3, "+", "-", "edited alpha/__init__.py"),
+                                      (5, "+", "-", "edited alpha/__init__.py at line 3"),
+                                      (9, "x", "y", "edited alpha/__init__.py at line 8"),
+                                      (2, "zz", "y", "edit failed: no line of alpha/__init__.py holds old")]:
+        with sandbox.session(world["envs"]["alpha"], []) as s:
+            res = s.exec(ep_mod.edit_command("alpha/__init__.py", old, new_text, line), 20)
+            assert res.output.startswith(said)
+            expected = ep_mod.apply_edit(source, old, new_text, line)
+            assert s.exec("cat alpha/__init__.py", 20).output == (expected if expected is not None else source)
+
 
 def test_outcome_mapping(world, tok, sandbox):
     ep = ep_mod.Episode(world["alpha"], 0, tok, sandbox, world["envs"]["alpha"], {})
@@ -295,6 +349,9 @@ def test_tool_helpers():
     assert ep_mod.f2p_passing("python3 -m pytest -q tests/test_a.py", "..\n2 passed\n", f2p) == 2
     assert ep_mod.f2p_passing("pytest -q", "F.\nFAILED tests/test_a.py::test_x - assert 0\n1 failed, 1 passed\n", f2p) == 1
     assert ep_mod.f2p_passing("pytest -q -x", "F\nFAILED tests/test_a.py::test_x - assert 0\n1 failed\n", f2p) == 0
+    # -rN: failures without their names, so which F2P tests pass is unknown; all passing is known
+    assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", "F. [100%]\n1 failed, 1 passed\n", f2p) is None
+    assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", ".. [100%]\n2 passed\n", f2p) == len(f2p)
     assert ep_mod.f2p_passing("pytest tests/test_b.py", "3 passed\n", f2p) == 0
     with pytest.raises(ValueError, match="unknown key"):
         agent_config({"max_stepz": 3})

@@ -41,6 +41,16 @@ def repos(tmp_path_factory):
     return root
 
 
+def assert_same_but_test_counts(real: list[dict], synth: list[dict]) -> None:
+    """The replayed conversation is the synthetic one, but for the passing test run's counts
+    (that output is synthesised: there is no suite behind a synthetic conversation)."""
+    assert [m["role"] for m in real] == [m["role"] for m in synth]
+    for a, b in zip(real, synth):
+        if a["content"] != b["content"]:
+            assert a["role"] == "tool" and a["content"].startswith("exit code: 0\n") \
+                and b["content"].startswith("exit code: 0\n") and " passed" in a["content"]
+
+
 def _site(kind="op_swap"):
     return next(s for s in enumerate_mutation_sites(CLEAN, [kind], PATH) if s.function == "add")
 
@@ -48,7 +58,8 @@ def _site(kind="op_swap"):
 def test_conversation_tokens_equal_the_rendering_and_mask_only_assistant_turns(tok):
     msgs = sft.synthetic_messages(CLEAN, PATH, _site())
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
-                                         "assistant"]
+                                         "assistant", "tool", "assistant"]
+    assert msgs[-1]["content"] == SUBMIT and msgs[-2]["content"].startswith("exit code: 0\n")
     tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
     assert tokens == render_ids(tok, msgs, TOOLS, add_generation_prompt=False)
     # the masked tokens are exactly the assistant contents, each closed by <|im_end|>
@@ -74,17 +85,68 @@ def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
         task = {"instance_id": f"alpha.syn.{kind}", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
                 "FAIL_TO_PASS": [], "PASS_TO_PASS": ["tests/test_alpha.py::test_add"],
                 "problem_statement": msgs[1]["content"], "image_name": "x"}
-        # the conversation ends with the test call; the replay goes on with a submit
-        texts = [m["content"] for m in msgs if m["role"] == "assistant"] + [SUBMIT]
+        texts = [m["content"] for m in msgs if m["role"] == "assistant"]
         engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
         rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
                           env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
-        assert rec["messages"][:len(msgs)] == msgs and "passed" in rec["messages"][len(msgs)]["content"]
+        assert_same_but_test_counts(rec["messages"], msgs)
         assert rec["exit_status"] == "submitted"
         fix = parse_patch(rec["submission"])[PATH]  # the agent's diff turns the bug back into CLEAN
         assert apply_hunks(buggy, fix) == CLEAN
         tokens, mask = sft.conversation_tokens(tok, msgs, TOOLS)
-        assert tokens == rec["tokens"][:len(tokens)] and mask == rec["action_mask"][:len(mask)]
+        assert len(tokens) == len(mask) and sum(mask) == sum(rec["action_mask"])
+
+
+def test_synthetic_guesses_are_what_the_real_tools_do(tok, repos):
+    """A conversation with wrong guesses, replayed in the process sandbox: each guess applies
+    and really breaks the suite (the synthesised run says exit code 1, as the real one does),
+    `git checkout .` really takes it back, and the final diff is the fix alone."""
+    site = next(s for s in enumerate_mutation_sites(CLEAN, ["cmp_boundary"], PATH) if s.function == "clamp")
+    msgs = sft.synthetic_messages(CLEAN, PATH, site, guesses=2)
+    calls = [m["content"] for m in msgs if m["role"] == "assistant"]
+    assert len(calls) == 1 + 3 * 2 + 3 and calls.count(calls[2]) == 3  # the test call, after each edit
+    buggy = apply_mutation(CLEAN, site)
+    task = {"instance_id": "alpha.syn.guess", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
+            "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
+    engine = ScriptedEngine(tok, lambda prompt, turn: calls[min(turn, len(calls) - 1)])
+    rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096,
+                                                          "max_steps": 12},
+                      env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
+    real = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
+    synth = [m["content"] for m in msgs if m["role"] == "tool"]
+    for k, (a, b) in enumerate(zip(real, synth)):
+        if k in (2, 5):  # the guesses' test runs: synthesised, but failing like the real ones
+            assert a.startswith("exit code: 1") and b.startswith("exit code: 1") and " failed" in a and " failed" in b
+        elif k == 8:  # the fix's: passing
+            assert a.startswith("exit code: 0") and b.startswith("exit code: 0") and " passed" in a
+        else:
+            assert a == b
+    assert real[-1].startswith("exit code: 0") and rec["exit_status"] == "submitted"
+    assert apply_hunks(buggy, parse_patch(rec["submission"])[PATH]) == CLEAN
+
+
+def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos):
+    """The broken call and its answer are what the agent loop really does with such a turn;
+    the broken turn is context only (mask 0), the call after it is trained."""
+    msgs = sft.synthetic_messages(CLEAN, PATH, _site())
+    for k in range(6):
+        rec_msgs = sft.with_recovery(msgs, TOOLS, random.Random(k))
+        bad = [m for m in rec_msgs if m.get("train") is False]
+        assert len(bad) == 1 and len(rec_msgs) == len(msgs) + 2
+        i = rec_msgs.index(bad[0])
+        assert rec_msgs[i + 2] in msgs and rec_msgs[i + 2]["role"] == "assistant"
+        texts = [m["content"] for m in rec_msgs if m["role"] == "assistant"]
+        buggy = apply_mutation(CLEAN, _site())
+        task = {"instance_id": "alpha.syn.recovery", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
+                "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
+        engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
+        rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+                          env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
+        assert_same_but_test_counts(rec["messages"], [{k: v for k, v in m.items() if k != "train"} for m in rec_msgs])
+        assert rec["outcome"] == "resolved"
+        tokens, mask = sft.conversation_tokens(tok, rec_msgs, TOOLS)
+        trained = tok.decode([t for t, m in zip(tokens, mask) if m], skip_special_tokens=False)
+        assert bad[0]["content"] not in trained and all(t in trained for t in texts if t != bad[0]["content"])
 
 
 def test_masked_loss_ignores_non_action_tokens():
@@ -180,11 +242,12 @@ def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repos
             "patch": make_patch(path, rename_text(CLEAN), rename_text(apply_mutation(CLEAN, site))),
             "FAIL_TO_PASS": [rename_text("tests/test_alpha.py::test_add")], "PASS_TO_PASS": [],
             "problem_statement": renamed[1]["content"], "image_name": "x"}
-    texts = [m["content"] for m in renamed if m["role"] == "assistant"] + [SUBMIT]
+    texts = [m["content"] for m in renamed if m["role"] == "assistant"]
     engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
     rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
                       env=RepoSnapshot.load(tmp_path, "renamed").env(), tokenizer=tok)
-    assert rec["messages"][:len(renamed)] == renamed and rec["outcome"] == "resolved"
+    assert_same_but_test_counts(rec["messages"], renamed)
+    assert rec["outcome"] == "resolved"
 
 
 def test_rename_share_is_deterministic_and_marks_the_ids():
@@ -211,27 +274,6 @@ def test_synthetic_statement_names_the_function_in_the_title_and_often_calls_ano
     assert 10 < other < 35 and sum("fix_me(" in b for b in bodies) == 40 - other
     assert texts == [sft.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
                      for i in range(40)]
-
-
-def test_line_copy_drill_is_the_grep_output_then_lines_as_the_edit_writes_old(tok):
-    """The loss is on each copied line but its first token, and on the `",` that closes it;
-    the copies are lines of the function grep shows, JSON-escaped."""
-    text = 'def f(a, b):\n    if a == "x":\n        return a + b\n    return b\n'
-    ex = sft.line_copy_example(tok, "pkg/m.py", text, random.Random(1), max_lines=20, copies=3)
-    rendered = tok.decode(ex["tokens"])
-    assert rendered.startswith('exit code: 0\npkg/m.py:1:def f(a, b):\npkg/m.py-2-    if a == "x":\n')
-    copies = [json.loads("{" + ln.rstrip(",") + "}")["old"] for ln in rendered.splitlines() if ln.startswith('"old": ')]
-    assert len(copies) == 3 and set(copies) <= {"def f(a, b):", 'if a == "x":', "return a + b", "return b"}
-    trained = [tok.decode([t]) for t, m in zip(ex["tokens"], ex["mask"]) if m]
-    assert trained.count('",') == 3
-    if 'if a == "x":' in copies:  # its quotes are copied escaped, as JSON needs
-        assert '\\"x\\"' in "".join(trained)
-    first_tokens = {tok.decode(tok.encode(c, add_special_tokens=False)[:1]) for c in copies}
-    assert not first_tokens & set(trained)  # which line to copy is not trained
-    assert sft.line_copy_example(tok, "pkg/m.py", "x = 1\n", random.Random(1)) is None
-    files = [("pkg/m.py", text), ("pkg/n.py", text.replace("f(", "g("))]
-    assert sft.line_copies(tok, files, 5, seed=2) == sft.line_copies(tok, files, 5, seed=2)
-    assert len(sft.line_copies(tok, files, 5, seed=2)) == 5
 
 
 def test_check_sft_repos_refuses_pool_tasks():

@@ -4,8 +4,8 @@ The conversation is Qwen3's tool-call chat format (`forgeline.policy.chat`), the
 tiny and the real policy. Tools (short schemas: every prompt pays for them):
 
 - `bash(command)`: one command in the task's session (per-command time limit);
-- `edit(path, old, new[, line])`: replace the single occurrence of `old` in `path` (or in
-  its line `line`), done inside the sandbox by a small `python3 -c` script that reads its arguments, base64-encoded, from a
+- `edit(path, old, new[, line])`: replace the single occurrence of `old` in `path` (or, with
+  `line`, its occurrence in the nearest line that holds it once), done inside the sandbox by a small `python3 -c` script that reads its arguments, base64-encoded, from a
   heredoc (no shell quoting of model text anywhere);
 - `submit()`: end the episode; the repository as it is now is the answer.
 
@@ -71,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "alignment": "ids",
     "credit_unsubmitted": False,
     "rollout": {"concurrency": 8, "seeding": "batch"},
-    "oracle": {"max_lines": 30},
+    "oracle": {"max_lines": 30, "guesses": [0]},
     "reward": REWARD_DEFAULTS,
 }
 
@@ -111,10 +111,10 @@ def _schema(name: str, description: str, params: Sequence[str],
 # and the whole first prompt is ~415 tokens plus the problem statement.
 AGENT_TOOLS: dict[str, dict] = {
     "bash": _schema("bash", "Run a bash command in the repository root.", ["command"]),
-    # `line` scopes the replacement to one line, so a fix can name just the changed tokens
-    # (`"line": 42, "old": "<", "new": "<="`) instead of copying a unique stretch of the file.
+    # `line` says where, so a fix can name just the changed tokens (`"line": 42, "old": "<",
+    # "new": "<="`) instead of copying a unique stretch of the file.
     "edit": _schema("edit", "Replace the one occurrence of old with new in the file path "
-                            "(only in that line if line is given).", ["path", "old", "new"],
+                            "(with line: in the nearest line that holds it).", ["path", "old", "new"],
                     {"line": "integer"}),
     "submit": _schema("submit", "Submit the repository as your fix.", []),
 }
@@ -155,11 +155,14 @@ else:
     L=s.splitlines(True)
     if not 1<=l<=len(L):
         print("edit failed: %s has %d lines, no line %d"%(p,len(L),l));sys.exit(1)
-    k=L[l-1].count(o) if o else 0
-    if k!=1:
-        print("edit failed: old occurs %d times in line %d of %s; it must occur exactly once"%(k,l,p));sys.exit(1)
-    L[l-1]=L[l-1].replace(o,n,1);s="".join(L)
-f=open(p,"w",encoding="utf-8",newline="");f.write(s);f.close()
+    C=[i for i in range(len(L)) if o and L[i].count(o)==1]
+    if not C:
+        print("edit failed: no line of %s holds old exactly once"%p);sys.exit(1)
+    i=min(C,key=lambda i:(abs(i+1-l),i))
+    L[i]=L[i].replace(o,n,1);s="".join(L)
+    if i+1!=l:
+        p="%s at line %d"%(p,i+1)
+f=open(a["path"],"w",encoding="utf-8",newline="");f.write(s);f.close()
 print("edited %s"%p)
 """
 assert "'" not in EDIT_SCRIPT
@@ -175,13 +178,19 @@ def edit_command(path: str, old: str, new: str, line: int | None = None) -> str:
 
 
 def apply_edit(text: str, old: str, new: str, line: int | None = None) -> str | None:
-    """Pure twin of EDIT_SCRIPT: `text` after the edit, or None where the edit would fail."""
+    """Pure twin of EDIT_SCRIPT: `text` after the edit, or None where the edit would fail.
+    Without `line`, `old` must occur exactly once in the file. With it, the replacement is
+    made in the line nearest to `line` (the earlier of two equally near) among those that hold
+    `old` exactly once: a policy names the token it changes and about where, and the line
+    number need not be exact."""
     if line is None:
         return text.replace(old, new, 1) if old and text.count(old) == 1 else None
     lines = text.splitlines(True)
-    if not 1 <= line <= len(lines) or not old or lines[line - 1].count(old) != 1:
+    holding = [i for i, ln in enumerate(lines) if old and ln.count(old) == 1]
+    if not 1 <= line <= len(lines) or not holding:
         return None
-    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    i = min(holding, key=lambda i: (abs(i + 1 - line), i))
+    lines[i] = lines[i].replace(old, new, 1)
     return "".join(lines)
 
 
@@ -262,6 +271,9 @@ def f2p_passing(command: str, output: str, fail_to_pass: Sequence[str]) -> int |
     paths = [w for w in after if not w.startswith("-") and (".py" in w or "/" in w or w == "tests")]
     summary = " ".join(_PYTEST_SUMMARY.findall(output))
     some_passed = re.search(r"\b\d+ passed\b", summary) is not None
+    if not any(st in ("FAILED", "ERROR") for st in reported.values()) \
+            and re.search(r"\b\d+ (?:failed|errors?)\b", summary):
+        return None  # failures without their names (-rN): which tests pass is unknown
     count = 0
     for test in fail_to_pass:
         status = reported.get(test)

@@ -3,17 +3,18 @@ the real sandbox, so every tool output in its trajectory is real. SFT data for t
 
 The script, derived from the task alone (its bug patch, FAIL_TO_PASS tests, `mutation` field):
 
-1. `bash: grep -rn -A <max_lines - 1> "def <function>(" <package dir>`  (the function the bug
-   is in, with `path:N:` / `path-N-` line numbers: one call finds and shows it, so the policy
-   copies one name and one folder, not a path and a line range too)
+1. `bash: grep -rn -A <max_lines - 1> "def <function>(" .`  (the function the bug is in, with
+   `./path:N:` / `./path-N-` line numbers: one call finds and shows it, and the only thing
+   to copy is the name the issue gives)
 2. `bash: nl -ba <file> | sed -n 'A,Bp'`  (only where the bug lies past what 1. shows, or in
    no function: `oracle.max_lines` lines around it)
-3. `edit: path, old, new`  (the bug patch reversed: where one line changed, old = that line
-   without its indentation and new = the fixed line; if that text is not unique, `line` + the
-   differing tokens; else widened with context lines until `old` occurs once)
-4. `bash: python3 -m pytest -q`  (the whole suite: the same command for every task, nothing to
-   copy)
-5. `submit`
+3. with `guesses`: wrong guesses first, each `edit` (one of the generator's mutations of a
+   line grep showed), `bash: python3 -m pytest -q --tb=no -rN` (fails), `bash: git checkout .`
+4. `edit: path, line, old, new`  (the bug patch reversed: where one line changed, grep's line
+   number and the few tokens that differ; else widened with context lines until `old`
+   occurs once)
+5. `bash: python3 -m pytest -q --tb=no -rN`  (the whole suite: the same command for every task)
+6. `submit`
 
 Each assistant turn is exactly one tool-call block (no prose): short and regular, so the tiny
 model can imitate it. The turns are fed through the same `Episode` loop as a policy's, by a
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import json
 import logging
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +46,19 @@ from forgeline.policy.engine import Engine, Generation
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
+from forgeline.tasks.mutations import candidate_sites, mutated_if_valid
 
 log = logging.getLogger(__name__)
 STAGE = "agent.oracle"
 _ASSISTANT = "<|im_start|>assistant\n"
+# The whole suite, without tracebacks or the list of failures (-rN): the same command for every
+# task (nothing to copy), and a run costs two lines of context, failed or not.
+TEST_COMMAND = "python3 -m pytest -q --tb=no -rN"
+# Undoes every edit since the session started (its baseline commit): a wrong guess is taken
+# back with a command that has nothing to copy.
+REVERT_COMMAND = "git checkout ."
+# Mutation kinds a guess is drawn from: those whose undo is a line-scoped edit.
+GUESS_KINDS = ("op_swap", "cmp_boundary", "bool_flip", "arg_swap", "const_change", "invert_if")
 
 
 # -- a replaying engine ---------------------------------------------------------------------
@@ -239,37 +251,47 @@ def line_fix(hunk: Hunk) -> tuple[int, str, str] | None:
         grow_left = not grow_left
 
 
-def whole_line_fix(hunk: Hunk, current: str) -> tuple[str, str] | None:
-    """(old, new) of an `edit` that undoes a hunk changing exactly one line by replacing that
-    line's text (without its indentation) where it occurs once in `current`; else None."""
-    change = one_line_change(hunk)
-    if change is None:
-        return None
-    line, clean, buggy = change[0], change[1].rstrip("\n"), change[2].rstrip("\n")
-    indent = len(buggy) - len(buggy.lstrip())
-    if not buggy.strip() or clean[:indent] != buggy[:indent] or current.count(buggy.strip()) != 1:
-        return None
-    old, new = buggy.strip(), clean[indent:].rstrip()
-    lines = current.splitlines(True)
-    expected = lines[:line - 1] + [lines[line - 1].replace(buggy, clean, 1)] + lines[line:]
-    return (old, new) if apply_edit(current, old, new) == "".join(expected) else None
-
-
 def fix_arguments(path: str, hunk: Hunk, current: str) -> dict[str, Any]:
     """The `edit` arguments that undo `hunk` in `current`, in the form a small policy writes
-    most reliably: where one line changed, old = that line as grep showed it (without its
-    indentation) and new = the fixed line, i.e. copy a line from the context and change a
-    token. Without a line number there is no second lookup (number -> that line's text), the
-    one step the tiny policy never got right. Where the line's text is not unique: line-scoped
-    (line number + the differing tokens); else `fix_edit`'s unique stretch of the file."""
-    whole = whole_line_fix(hunk, current)
-    if whole is not None:
-        return {"path": path, "old": whole[0], "new": whole[1]}
+    most reliably: where one line changed, line-scoped (`line` as grep numbered it + the few
+    tokens that differ), so every string of the call is a path or a token or two, never a
+    copied line that can run away or need JSON escapes. Else (lines added or removed)
+    `fix_edit`'s unique stretch of the file."""
     fix = line_fix(hunk)
     if fix is not None and apply_edit(current, fix[1], fix[2], fix[0]) is not None:
         return {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}
     old, new = fix_edit(hunk, current)
     return {"path": path, "old": old, "new": new}
+
+
+def guess_edits(buggy: str, clean: str, path: str, lines: range, rng: random.Random, n: int,
+                kinds: Sequence[str] = GUESS_KINDS) -> list[dict[str, Any]]:
+    """Up to `n` wrong line-scoped edits of `buggy` (the file at `path`) on `lines`: what a
+    policy that cannot tell which token is wrong tries first. Each is one of the bug
+    generator's own mutations (a token or a negation changed), so a guess and the real fix
+    come from the same kind of edit; none restores `clean`. Drawn with `rng`."""
+    found = candidate_sites(buggy, kinds, path)
+    if found is None or n <= 0:
+        return []
+    sites, reference = found
+    sites = [s for s in sites if s.line in lines]
+    rng.shuffle(sites)
+    out: list[dict[str, Any]] = []
+    for site in sites:
+        if len(out) >= n:
+            break
+        mutated = mutated_if_valid(buggy, site, reference, path)
+        if mutated is None or mutated == clean:
+            continue
+        # the guess as a hunk of a "bug patch" from `mutated` to `buggy`: line_fix undoes it
+        diff = "".join(difflib.unified_diff(mutated.splitlines(True), buggy.splitlines(True),
+                                            f"a/{path}", f"b/{path}", n=3))
+        hunks = parse_patch(diff).get(path, [])
+        fix = line_fix(hunks[0]) if len(hunks) == 1 else None
+        if fix is None or apply_edit(buggy, fix[1], fix[2], fix[0]) != mutated:
+            continue
+        out.append({"path": path, "line": fix[0], "old": fix[1], "new": fix[2]})
+    return out
 
 
 def _enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
@@ -314,23 +336,35 @@ def grep_after(lines: Sequence[str], shown_path: str, needle: str, after: int) -
     return "".join(out)
 
 
-def find_function_command(name: str, folder: str, max_lines: int) -> str:
-    """The call that finds a function and shows its first `max_lines` lines, numbered."""
-    return f'grep -rn -A {max_lines - 1} "def {name}(" {folder}'
+def find_function_command(name: str, max_lines: int) -> str:
+    """The call that finds a function and shows its first `max_lines` lines, numbered. It
+    searches `.`, so the only thing to copy is the name the issue gives."""
+    return f'grep -rn -A {max_lines - 1} "def {name}(" .'
 
 
-TEST_COMMAND = "python3 -m pytest -q"
+def shown_path(path: str) -> str:
+    """How `grep -r ... .` prints a repository-relative path (and how the edits name it)."""
+    return "./" + path
 
 
-def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30) -> list[tuple[str, dict]]:
+
+
+def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30, guesses: int = 0,
+                   rng: random.Random | None = None) -> list[tuple[str, dict]]:
     """The oracle's tool calls [(name, arguments)] for `task`, whose clean repository is at
-    `source` (the bug patch is applied here, in memory, to find lines and functions)."""
+    `source` (the bug patch is applied here, in memory, to find lines and functions).
+
+    With `guesses` > 0 (a bug in one line that grep shows), up to that many wrong guesses
+    (`guess_edits`, drawn with `rng`) come before the fix, each tested and taken back:
+    `edit`, the test call, `git checkout .`. That is what a policy that cannot know which token
+    is wrong can still do reliably: guess, read the exit code, revert, guess again."""
     files = parse_patch(task["patch"])
     if not files:
         raise ValueError(f"{task['instance_id']}: the patch changes no file")
     mutation = task.get("mutation") or {}
     actions: list[tuple[str, dict]] = []
     shown: set[tuple[str, str]] = set()
+    single = len(files) == 1 and sum(len(h) for h in files.values()) == 1
     for path in sorted(files):
         hunks = files[path]
         clean = (Path(source) / path).read_text(encoding="utf-8")
@@ -345,12 +379,16 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
                 name = str(mutation["function"]).rsplit(".", 1)[-1]
             if fn and (path, name) not in shown:
                 shown.add((path, name))
-                folder = path.split("/")[0] if "/" in path else "."
-                actions.append(("bash", {"command": find_function_command(name, folder, max_lines)}))
+                actions.append(("bash", {"command": find_function_command(name, max_lines)}))
             if not fn or line > fn[1] + max_lines - 1:  # the bug is not in what grep showed
                 lo = max(1, line - max_lines // 2)
                 actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{lo + max_lines - 1}p'"}))
-            args = fix_arguments(path, hunk, current)
+            elif single and guesses > 0:
+                window = range(fn[1], min(fn[2], fn[1] + max_lines - 1) + 1)
+                for guess in guess_edits(buggy, clean, path, window, rng or random.Random(0), guesses):
+                    actions += [("edit", {**guess, "path": shown_path(path)}),
+                                ("bash", {"command": TEST_COMMAND}), ("bash", {"command": REVERT_COMMAND})]
+            args = {**fix_arguments(path, hunk, current), "path": shown_path(path)}
             actions.append(("edit", args))
             current = apply_edit(current, args["old"], args["new"], args.get("line")) or current
     actions.append(("bash", {"command": TEST_COMMAND}))
@@ -365,19 +403,36 @@ def oracle_texts(actions: Sequence[tuple[str, dict]]) -> list[str]:
 
 def oracle_episode(task: Mapping[str, Any], sandbox: Sandbox, tokenizer, cfg: Mapping[str, Any] | None = None,
                    *, env: TaskEnv | None = None, repos_root: str | Path | None = None,
-                   test_timeout_s: float = 120.0) -> dict:
-    """Run the oracle on `task` through the agent loop; returns the episode record (with
-    `source: "oracle"`, logprobs 0). Keep it only if `record["outcome"] == "resolved"`."""
+                   test_timeout_s: float = 120.0, guesses: int = 0) -> dict | None:
+    """Run the oracle on `task` through the agent loop, with `guesses` wrong guesses first
+    (drawn from the task and that number); returns the episode record (`source: "oracle"`,
+    logprobs 0), or None when `guesses` > 0 but the task leaves none to make. Keep it only
+    if `usable_oracle_episode(record)`."""
     c = agent_config(cfg)
     env = env if env is not None else task_env(task, repos_root)
-    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]))
+    rng = random.Random(f"{task['instance_id']}:guesses:{guesses}")
+    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]), guesses, rng)
+    made = sum(1 for name, a in actions if name == "bash" and a["command"] == REVERT_COMMAND)
+    if guesses and not made:
+        return None  # nothing to guess here: the same episode as with no guesses
     texts = oracle_texts(actions)
     c["max_steps"] = max(int(c["max_steps"]), len(texts))
     engine = ScriptedEngine(tokenizer, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
     record = run_episode(task, 0, engine, sandbox, c, env=env, tokenizer=tokenizer, policy="oracle",
                          source="oracle", test_timeout_s=test_timeout_s)
     record["oracle_actions"] = [name for name, _ in actions]
+    record["oracle_guesses"] = made
     return record
+
+
+def usable_oracle_episode(record: Mapping[str, Any]) -> bool:
+    """Resolved, and every test run but the last failed: a guess that happened to pass the
+    suite would teach the policy to take back a passing fix."""
+    if record["outcome"] != "resolved":
+        return False
+    exits = [r.get("exit_code") for t in record["turns"] for call, r in zip(t["tool_calls"], t["tool_results"])
+             if call["name"] == "bash" and call["arguments"].get("command") == TEST_COMMAND]
+    return all(code not in (0, None) for code in exits[:-1])
 
 
 # -- the stage ------------------------------------------------------------------------------
@@ -400,12 +455,15 @@ def run(cfg, args: argparse.Namespace) -> None:
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     manifest = Manifest(stage=STAGE, params={"agent": section}, inputs=[*args.tasks, args.tokenizer],
                         code=stage_sources(__name__))
+    variants = [int(g) for g in section["oracle"]["guesses"]]
     kept, dropped = [], []
     with manifest.timed("oracle"):
         for task in tqdm(tasks, desc="oracle", unit="task", dynamic_ncols=True):
-            rec = oracle_episode(task, sandbox, tokenizer, section, repos_root=repos_root,
-                                 test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
-            (kept if rec["outcome"] == "resolved" else dropped).append(rec)
+            for guesses in variants:
+                rec = oracle_episode(task, sandbox, tokenizer, section, repos_root=repos_root,
+                                     test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]), guesses=guesses)
+                if rec is not None:
+                    (kept if usable_oracle_episode(rec) else dropped).append(rec)
     for rec in dropped:
         log.warning("oracle did not resolve %s: %s (%s)", rec["instance_id"], rec["outcome"],
                     json.dumps(rec["verdict"].get("failing", []))[:300])
@@ -418,7 +476,8 @@ def run(cfg, args: argparse.Namespace) -> None:
         Path(args.traj_dir).mkdir(parents=True, exist_ok=True)
         export_trajectories(kept, args.traj_dir)
         outputs.append(Path(args.traj_dir))
-    manifest.notes = {"tasks": len(tasks), "resolved": len(kept),
-                      "unresolved": sorted(r["instance_id"] for r in dropped),
+    manifest.notes = {"tasks": len(tasks), "episodes": len(kept) + len(dropped), "resolved": len(kept),
+                      "guesses": sum(r["oracle_guesses"] for r in kept),
+                      "unresolved": sorted({r["instance_id"] for r in dropped}),
                       "mean_sequence_tokens": (sum(len(r["tokens"]) for r in kept) / len(kept)) if kept else 0}
     manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=outputs)

@@ -8,11 +8,11 @@ Data (never a pool or panel repository: asserted):
 - synthetic edit trajectories, built without any sandbox: one `forgeline.tasks.mutations`
   mutation of a function of some Python source (the SFT repositories' package code and the
   interpreter's standard library), rendered as the oracle's conversation
-  (statement naming the function -> `grep -rn -A N "def f(" pkg` -> `edit` with the fix ->
-  the test call), with the tool outputs written the way the agent writes
-  them (`exit code: 0\\n` + output, cut by `episode.truncate`; `edited PATH`). There are no
-  tests to run, so the conversation ends with the oracle's test call; the `submit` after the
-  test output is taught by the oracle episodes.
+  (statement naming the function -> `grep -rn -A N "def f(" .` -> wrong guesses, each tested
+  and reverted -> `edit` with the fix -> the test call -> `submit`), with the tool outputs
+  written the way the agent writes them (`exit code: N\\n` + output, cut by
+  `episode.truncate`; `edited PATH`). There are no tests to run: a test run's output is
+  synthesised in pytest's shape (`suite_output`), failing after a guess, passing after the fix.
 
 Training: examples cut to `max_seq_len`, shuffled per epoch with a seeded RNG, packed into
 batches of at most `tokens_per_batch` padded tokens, AdamW, linear warm-up then cosine (or
@@ -40,13 +40,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import (IM_END, SYSTEM_PROMPT, agent_config, apply_edit, tool_schemas,
+from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, agent_config, apply_edit,
+                                     tool_schemas,
                                      truncate)
-from forgeline.agent.oracle import (TEST_COMMAND, _enclosing_function, _first_changed_line,
-                                    find_function_command, fix_arguments, grep_after, oracle_texts,
-                                    parse_patch)
+from forgeline.agent.oracle import (REVERT_COMMAND, TEST_COMMAND, _enclosing_function,
+                                    _first_changed_line, find_function_command, fix_arguments,
+                                    grep_after, guess_edits, oracle_texts, parse_patch, shown_path)
 from forgeline.config import with_defaults
-from forgeline.policy.chat import assistant_message, render, tool_message
+from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
@@ -81,10 +82,8 @@ DEFAULTS: dict[str, Any] = {
         "per_file": 2,          # examples per source file at most
         "rename": 0.0,          # share of examples whose function/folder/module get fresh names
         "kinds": list(KINDS),   # mutation kinds
-    },
-    "line_copies": {
-        "examples": 0,          # copying drills for the edit turn's `old` (0 = none)
-        "copies": 4,            # lines copied per drill
+        "guesses": [0],         # wrong guesses (tested, reverted) before the fix, by turns
+        "recovery": 0.0,        # share with a broken call (not trained on) and its error first
     },
 }
 
@@ -103,7 +102,7 @@ def conversation_tokens(tokenizer, messages: Sequence[Mapping[str, Any]], tools:
                         ) -> tuple[list[int], list[int]]:
     """(tokens, action_mask) of a conversation, built like the agent's record: the rendered
     non-assistant parts tokenized, each assistant turn's content tokenized alone plus
-    <|im_end|> (mask 1), the rest mask 0. Every boundary is a special token, so `tokens` equals
+    <|im_end|> (mask 1, or 0 for a turn marked `"train": False`), the rest mask 0. Every boundary is a special token, so `tokens` equals
     the tokenization of the full rendering (tested)."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     enc = lambda text: tokenizer.encode(text, add_special_tokens=False) if text else []  # noqa: E731
@@ -119,7 +118,7 @@ def conversation_tokens(tokenizer, messages: Sequence[Mapping[str, Any]], tools:
         mask += [0] * len(part)
         action = enc(msg["content"]) + [im_end]
         tokens += action
-        mask += [1] * len(action)
+        mask += [int(msg.get("train", True))] * len(action)
         pos = len(prompt) + len(msg["content"]) + len(IM_END)
     full = render(tokenizer, messages, tools, add_generation_prompt=False)
     tail = enc(full[pos:])
@@ -179,13 +178,60 @@ def synthetic_statement(subject: str, name: str, module: str, rng: random.Random
     return "\n\n".join([title, *body, rng.choice(REPRO).format(test=test)])  # as user_prompt strips it
 
 
+def suite_output(failed: int, rng: random.Random) -> str:
+    """What the oracle's test call prints (pytest -q --tb=no -rN, normalised, after the agent's
+    `exit code: N` line) when `failed` tests fail (exit code 1) or, with none, when the suite
+    passes (exit code 0): the progress line(s) and the count line. There is no suite to run
+    for a synthetic conversation; its shape and the exit code are what the policy reads."""
+    passed = rng.randint(3, 70)
+    marks = ["F"] * failed + ["."] * passed
+    rng.shuffle(marks)
+    lines, done = [], 0
+    for i in range(0, len(marks), 70):  # pytest's progress lines hold 70 marks here
+        done += len(marks[i:i + 70])
+        lines.append(f"{''.join(marks[i:i + 70])} [{100 * done // len(marks):3d}%]")
+    counts = f"{failed} failed, {passed} passed" if failed else f"{passed} passed"
+    return f"exit code: {1 if failed else 0}\n" + "\n".join([*lines, counts]) + "\n"
+
+
+def broken_call(text: str, rng: random.Random) -> str:
+    """`text` (one tool-call block) as a small policy breaks it: cut somewhere inside its JSON,
+    then a stretch of itself repeated (the runaway a copy circuit falls into), closed or not."""
+    start = text.index("{") + 1
+    cut = rng.randint(start, len(text) - len("}}\n</tool_call>"))
+    lo = rng.randint(start, cut)
+    loop = text[lo:lo + rng.randint(2, 8)] * rng.randint(3, 12)
+    return text[:cut] + loop + rng.choice(["", "\"}}\n</tool_call>", "\n</tool_call>"])
+
+
+def with_recovery(messages: list[dict], tools: Sequence[dict], rng: random.Random) -> list[dict]:
+    """`messages` with one assistant turn (not the submit) preceded by a broken version of
+    it (`broken_call`, marked `"train": False`: never a target) and the answer the agent
+    gives to it (`ToolCall.error_message`, or the no-call note): SFT then teaches what to do
+    after a malformed call, which is to write the call again, whole."""
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and '"submit"' not in m["content"]]
+    if not turns:
+        return messages
+    at = rng.choice(turns)
+    for _ in range(5):
+        bad = broken_call(messages[at]["content"], rng)
+        calls = parse_tool_calls(bad, tools)
+        if not calls or not all(c.ok for c in calls):
+            break
+    else:
+        return messages
+    answers = [tool_message(c.error_message()) for c in calls if not c.ok] if calls else \
+        [{"role": "user", "content": NO_CALL_MESSAGE}]
+    return messages[:at] + [{**assistant_message(bad), "train": False}, *answers] + messages[at:]
+
+
 def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
-                       max_tool_output_chars: int = 2000) -> list[dict] | None:
+                       max_tool_output_chars: int = 2000, guesses: int = 0) -> list[dict] | None:
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
     the file at repo-relative `path`): system, user (a statement naming the function), then
-    grep / edit / test-call turns with synthesised tool results. None when the mutation
-    cannot be rendered as one unique edit (several hunks, an ambiguous `old`, no newline at
-    the end of the file)."""
+    grep / [`guesses` wrong guesses, each tested and reverted] / edit / test call / submit
+    turns with synthesised tool results. None when the mutation cannot be rendered as one unique edit
+    (several hunks, an ambiguous `old`, no newline at the end of the file)."""
     if not clean.endswith("\n"):
         return None
     buggy = apply_mutation(clean, site)
@@ -195,7 +241,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     if len(hunks) != 1:
         return None
     hunk = hunks[0]
-    edit = fix_arguments(path, hunk, buggy)
+    edit = {**fix_arguments(path, hunk, buggy), "path": shown_path(path)}
     if apply_edit(buggy, edit["old"], edit["new"], edit.get("line")) != clean:
         return None
     line = _first_changed_line(hunk)
@@ -204,27 +250,30 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
         return None
     name = site.function.rsplit(".", 1)[-1]
     lines = buggy.splitlines(True)
-    folder = path.split("/")[0] if "/" in path else "."
-    grep = grep_after(lines, path if folder != "." else "./" + path, f"def {name}(", max_lines - 1)
+    grep = grep_after(lines, shown_path(path), f"def {name}(", max_lines - 1)
     # grep shows max_lines lines from the def on: the window a policy can ask for without
     # knowing where the bug is
     if not grep or line > fn[1] + max_lines - 1:
         return None
     module = path[:-3].replace("/", ".").removesuffix(".__init__")
     callers = sorted({f for f in re.findall(r"^\s*def ([A-Za-z]\w*)\(", clean, re.M) if f != name})
-    statement = synthetic_statement(f"`{module}.{site.function}`", name, module,
-                                    random.Random(f"{path}:{site.line}:{site.col}:{site.kind}"), callers)
-    # ends with the oracle's test call, as an oracle episode goes on: there is no test suite
-    # to answer it, and the submit after its output is what the oracle episodes teach
-    actions = [("bash", {"command": find_function_command(name, folder, max_lines)}),
-               ("edit", edit),
-               ("bash", {"command": TEST_COMMAND})]
-    results = [_result(grep, max_tool_output_chars), truncate(f"edited {path}", max_tool_output_chars)]
+    rng = random.Random(f"{path}:{site.line}:{site.col}:{site.kind}")
+    statement = synthetic_statement(f"`{module}.{site.function}`", name, module, rng, callers)
+    window = range(fn[1], min(fn[2], fn[1] + max_lines - 1) + 1)
+    wrong = guess_edits(buggy, clean, path, window, rng, guesses) if guesses else []
+    turns: list[tuple[str, dict, str | None]] = [
+        ("bash", {"command": find_function_command(name, max_lines)}, _result(grep, max_tool_output_chars))]
+    for guess in wrong:
+        turns += [("edit", {**guess, "path": shown_path(path)}, f"edited {shown_path(path)}"),
+                  ("bash", {"command": TEST_COMMAND}, suite_output(rng.choice([1, 1, 2, 3, 5, 9]), rng)),
+                  ("bash", {"command": REVERT_COMMAND}, "exit code: 0\nUpdated 1 path from the index\n")]
+    turns += [("edit", edit, f"edited {shown_path(path)}"),
+              ("bash", {"command": TEST_COMMAND}, suite_output(0, rng)), ("submit", {}, None)]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
-    for text, result in zip(oracle_texts(actions), [*results, None]):
+    for (name_, args, result), text in zip(turns, oracle_texts([(t[0], t[1]) for t in turns])):
         messages.append(assistant_message(text))
         if result is not None:
-            messages.append(tool_message(result))
+            messages.append(tool_message(truncate(result, max_tool_output_chars)))
     return messages
 
 
@@ -296,11 +345,15 @@ def fresh_names(messages: Sequence[Mapping[str, Any]], path: str, function: str,
 
 def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                             kinds: Sequence[str] = KINDS, max_lines: int = 30, per_file: int = 2,
-                            max_tool_output_chars: int = 2000, rename: float = 0.0
-                            ) -> list[tuple[str, list[dict]]]:
+                            max_tool_output_chars: int = 2000, rename: float = 0.0,
+                            guesses: Sequence[int] = (0,), recovery: float = 0.0,
+                            tools: Sequence[dict] = ()) -> list[tuple[str, list[dict]]]:
     """Up to `n` (id, messages) synthetic conversations from `files` [(repo-relative path,
     text)]: files in a seeded hash order, one mutation kind per file (rotating), at most
-    `per_file` sites per file drawn with random.Random(seed:path). A `rename` share of them
+    `per_file` sites per file drawn with random.Random(seed:path), the k-th conversation with
+    guesses[k % len(guesses)] wrong guesses before its fix, and a `recovery` share with one
+    broken call and the agent's answer to it before a turn (`with_recovery`; `tools` are the
+    schemas the calls are checked against). A `rename` share of them
     get fresh names for the function, its folder and module (`fresh_names`): a name the
     model cannot have memorised must be copied from the context, which is what the grep,
     nl and edit turns of a task of an unseen repository need. Deterministic."""
@@ -323,7 +376,8 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                 break
             if mutated_if_valid(text, site, reference, path) is None:
                 continue
-            msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars)
+            msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars,
+                                      int(guesses[len(out) % len(guesses)]))
             if msgs is None:
                 continue
             sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"
@@ -332,63 +386,11 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                 mapping = fresh_names(msgs, path, site.function, words, pick)
                 msgs = rename_identifiers(msgs, mapping)
                 sid += ":renamed"
+            if recovery > 0 and pick.random() < recovery:
+                msgs = with_recovery(msgs, tools, pick)
+                sid += ":recovery"
             out.append((sid, msgs))
             got += 1
-    return out
-
-
-def line_copy_example(tokenizer, path: str, text: str, rng: random.Random, max_lines: int = 30,
-                      copies: int = 4, max_tool_output_chars: int = 2000) -> dict[str, Any] | None:
-    """A copying drill for the edit turn's `old`: a function of `text` as the oracle's grep
-    shows it, then `copies` of its lines again, each written as the edit call writes `old`
-    (`"old": "<the line without indentation, JSON-escaped>",`, one per line). The loss is on
-    each copy but its first token: which line to copy is the policy's choice; continuing it
-    exactly (quotes escaped) and closing it at the line's end is the copying the edit turn
-    loses most of its log-probability on (bench/README.md, oracle_likelihood). Made without
-    any sandbox; None where `text` has no function with two lines worth copying."""
-    found = [m for m in re.finditer(r"^[ \t]*def ([A-Za-z_]\w*)\(", text, re.M)]
-    if not found:
-        return None
-    m = rng.choice(found)
-    lines = text.splitlines(True)
-    first = text.count("\n", 0, m.start())
-    window = [ln.strip() for ln in lines[first:first + max_lines]]
-    window = [ln for ln in window if len(ln) > 3]
-    if len(window) < 2:
-        return None
-    folder = path.split("/")[0] if "/" in path else "."
-    shown = grep_after(lines, path if folder != "." else "./" + path, f"def {m.group(1)}(", max_lines - 1)
-    head = _result(shown, max_tool_output_chars) + "\n"
-    text_out, spans = head, []
-    picks = rng.sample(window, copies) if len(window) >= copies else [rng.choice(window) for _ in range(copies)]
-    for line in picks:
-        start = len(text_out) + len('"old": "')
-        text_out += '"old": ' + json.dumps(line) + ",\n"
-        spans.append((start, len(text_out) - 1))  # the line and the `",` that closes it in the call
-    enc = tokenizer(text_out, add_special_tokens=False, return_offsets_mapping=True)
-    mask, seen = [], set()
-    for a, b in enc["offset_mapping"]:
-        hit = next((k for k, (lo, hi) in enumerate(spans) if lo <= a < hi), None)
-        mask.append(int(hit is not None and hit in seen))
-        if hit is not None:
-            seen.add(hit)
-    return {"id": f"copy:{path}:{m.group(1)}", "tokens": list(enc["input_ids"]), "mask": mask}
-
-
-def line_copies(tokenizer, files: Sequence[tuple[str, str]], n: int, seed: int, max_lines: int = 30,
-                copies: int = 4, max_tool_output_chars: int = 2000) -> list[dict[str, Any]]:
-    """`n` copying drills (`line_copy_example`), one per file in a seeded hash order (again
-    from the start while fewer than n were made); deterministic."""
-    order = sorted(files, key=lambda f: _rank(seed, "copy:" + f[0]))
-    out: list[dict[str, Any]] = []
-    for rnd in range(1 + n // max(len(order), 1)):
-        for path, text in order:
-            if len(out) >= n:
-                return out
-            ex = line_copy_example(tokenizer, path, text, random.Random(_rank(seed, f"copy:{rnd}:{path}")),
-                                   max_lines, copies, max_tool_output_chars)
-            if ex is not None:
-                out.append(ex)
     return out
 
 
@@ -605,27 +607,23 @@ def run(cfg, args: argparse.Namespace) -> None:
         s = c["synthetic"]
         tools = tool_schemas(a["tools"])
         synth: list = []
-        drills: list = []
-        n_drills = int(c["line_copies"]["examples"])
-        if int(s["examples"]) > 0 or n_drills > 0:
+        if int(s["examples"]) > 0:
             files = synthetic_sources([repos_root / r for r in sft_repos], bool(s["stdlib"]),
                                       bool(s["repos"]), int(s["max_file_bytes"]))
             synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
                                             int(s["max_lines"]), int(s["per_file"]),
-                                            int(a["max_tool_output_chars"]), float(s["rename"]))
-            drills = line_copies(tokenizer, files, n_drills, seed, int(s["max_lines"]),
-                                 int(c["line_copies"]["copies"]), int(a["max_tool_output_chars"]))
+                                            int(a["max_tool_output_chars"]), float(s["rename"]),
+                                            [int(g) for g in s["guesses"]], float(s["recovery"]), tools)
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})
-        examples += drills
         cut = [truncate_example(e, int(c["max_seq_len"])) for e in examples]
         n_cut = sum(len(e["tokens"]) > int(c["max_seq_len"]) for e in examples)
         examples = [e for e in cut if e is not None]
     if not examples:
         raise SystemExit("no SFT examples (no resolved oracle episodes and no synthetic ones)")
-    log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d copying drills, %d cut to %d tokens; "
-             "%d tokens, %d action", len(records), int(c["oracle_repeat"]), len(synth), len(drills), n_cut,
+    log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d cut to %d tokens; "
+             "%d tokens, %d action", len(records), int(c["oracle_repeat"]), len(synth), n_cut,
              int(c["max_seq_len"]),
              sum(len(e["tokens"]) for e in examples), sum(sum(e["mask"]) for e in examples))
     t0 = time.process_time()
@@ -647,7 +645,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     last = [x["loss"] for x in curve[-10:]]
     manifest.notes = {
         "oracle_episodes": len(records), "oracle_repos": sorted({repo_key(r["repo"]) for r in records}),
-        "synthetic_examples": len(synth), "copying_drills": len(drills), "examples": len(examples),
+        "synthetic_examples": len(synth), "examples": len(examples),
         "cut_examples": n_cut,
         "sequence_tokens": sum(len(e["tokens"]) for e in examples),
         "action_tokens": sum(sum(e["mask"]) for e in examples),

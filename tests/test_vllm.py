@@ -257,7 +257,9 @@ def test_a_stage_with_engine_vllm_serves_the_policy_itself(vllm_python, model_di
     (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
     (tmp_path / "over.yaml").write_text(yaml.safe_dump({
         "repos": {"root": str(tmp_path / "repos")}, "sandbox": {"backend": "process"},
-        "agent": {"max_steps": 2, "max_new_tokens": 12, "context_limit": 1024},
+        # temperature 1 and one request per episode: what the logprob check below compares with
+        "agent": {"max_steps": 2, "max_new_tokens": 12, "context_limit": 1024, "temperature": 1.0,
+                  "rollout": {"seeding": "episode"}},
         "serving": {"engine": "vllm", "vllm": {"max_model_len": 1024, "max_lora_rank": LORA_RANK}}}))
     out = tmp_path / "episodes.jsonl"
     env = {**os.environ, serve.VENV_ENV: str(vllm_python.parent.parent)}

@@ -13,6 +13,8 @@ Data (never a pool or panel repository: asserted):
   written the way the agent writes them (`exit code: N\\n` + output, cut by
   `episode.truncate`; `edited PATH`). There are no tests to run: a test run's output is
   synthesised in pytest's shape (`suite_output`), failing after a guess, passing after the fix.
+  A `synthetic.recovery` share first shows one turn broken (`with_recovery`; mask 0) and the
+  agent's error answer to it.
 
 Training: examples cut to `max_seq_len`, shuffled per epoch with a seeded RNG, packed into
 batches of at most `tokens_per_batch` padded tokens, AdamW, linear warm-up then cosine (or
@@ -21,6 +23,7 @@ folder (weights + tokenizer, like `policy-init`) with `loss_curve.json` / `loss_
 atomically (temp folder + rename), then the manifest.
 
 Pure parts (unit-tested): `conversation_tokens`, `example_from_record`, `synthetic_messages`,
+`suite_output`, `broken_call`, `with_recovery`,
 `truncate_example`, `make_batches`, `collate`, `masked_lm_loss`, `lr_at`.
 """
 from __future__ import annotations

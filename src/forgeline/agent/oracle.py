@@ -342,6 +342,11 @@ def find_function_command(name: str, max_lines: int) -> str:
     return f'grep -rn -A {max_lines - 1} "def {name}(" .'
 
 
+def shown_lines(fn: tuple[str, int, int], max_lines: int) -> range:
+    """The lines of function `fn` (name, first, last) that the grep call shows: where guesses go."""
+    return range(fn[1], min(fn[2], fn[1] + max_lines - 1) + 1)
+
+
 def shown_path(path: str) -> str:
     """How `grep -r ... .` prints a repository-relative path (and how the edits name it)."""
     return "./" + path
@@ -384,8 +389,8 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
                 lo = max(1, line - max_lines // 2)
                 actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{lo + max_lines - 1}p'"}))
             elif single and guesses > 0:
-                window = range(fn[1], min(fn[2], fn[1] + max_lines - 1) + 1)
-                for guess in guess_edits(buggy, clean, path, window, rng or random.Random(0), guesses):
+                draw = rng or random.Random(0)
+                for guess in guess_edits(buggy, clean, path, shown_lines(fn, max_lines), draw, guesses):
                     actions += [("edit", {**guess, "path": shown_path(path)}),
                                 ("bash", {"command": TEST_COMMAND}), ("bash", {"command": REVERT_COMMAND})]
             args = {**fix_arguments(path, hunk, current), "path": shown_path(path)}

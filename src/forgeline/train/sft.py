@@ -48,7 +48,8 @@ from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, age
                                      truncate)
 from forgeline.agent.oracle import (REVERT_COMMAND, TEST_COMMAND, _enclosing_function,
                                     _first_changed_line, find_function_command, fix_arguments,
-                                    grep_after, guess_edits, oracle_texts, parse_patch, shown_path)
+                                    grep_after, guess_edits, oracle_texts, parse_patch, shown_lines,
+                                    shown_path)
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
@@ -262,8 +263,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     callers = sorted({f for f in re.findall(r"^\s*def ([A-Za-z]\w*)\(", clean, re.M) if f != name})
     rng = random.Random(f"{path}:{site.line}:{site.col}:{site.kind}")
     statement = synthetic_statement(f"`{module}.{site.function}`", name, module, rng, callers)
-    window = range(fn[1], min(fn[2], fn[1] + max_lines - 1) + 1)
-    wrong = guess_edits(buggy, clean, path, window, rng, guesses) if guesses else []
+    wrong = guess_edits(buggy, clean, path, shown_lines(fn, max_lines), rng, guesses) if guesses else []
     turns: list[tuple[str, dict, str | None]] = [
         ("bash", {"command": find_function_command(name, max_lines)}, _result(grep, max_tool_output_chars))]
     for guess in wrong:
@@ -273,7 +273,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     turns += [("edit", edit, f"edited {shown_path(path)}"),
               ("bash", {"command": TEST_COMMAND}, suite_output(0, rng)), ("submit", {}, None)]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
-    for (name_, args, result), text in zip(turns, oracle_texts([(t[0], t[1]) for t in turns])):
+    for (_, _, result), text in zip(turns, oracle_texts([(t[0], t[1]) for t in turns])):
         messages.append(assistant_message(text))
         if result is not None:
             messages.append(tool_message(truncate(result, max_tool_output_chars)))

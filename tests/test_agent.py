@@ -135,27 +135,28 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
 
 
 
-def test_oracle_guesses_are_tested_reverted_then_fixed(world, tok, sandbox):
+def test_oracle_scan_tests_each_candidate_takes_it_back_then_fixes(world, tok, sandbox):
     task = world["beta"]
-    rec = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["beta"],
-                                guesses=2)
-    assert rec["oracle_guesses"] >= 1 and oracle.usable_oracle_episode(rec)
+    cfg = {**CFG, "max_new_tokens": 128, "oracle": {"max_guesses": 12}}
+    rec = oracle.oracle_episode(task, sandbox, tok, cfg, env=world["envs"]["beta"])
+    assert rec["oracle_guesses"] >= 2 and oracle.usable_oracle_episode(rec)
     n = rec["oracle_guesses"]
-    assert rec["oracle_actions"] == ["bash"] + ["edit", "bash", "bash"] * n + ["edit", "bash", "submit"]
+    assert rec["oracle_actions"] == ["bash"] + ["edit", "bash"] * (n + 1) + ["submit"]
+    edits = [t["tool_calls"][0]["arguments"] for t in rec["turns"] if t["tool_calls"][0]["name"] == "edit"]
+    assert [e["line"] for e in edits] == sorted(e["line"] for e in edits)  # top to bottom
     outputs = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
-    # each guess really broke the suite and `git checkout .` really took it back
+    # each wrong edit really broke the suite and `git checkout .` really took it back
     for g in range(n):
-        assert outputs[2 + 3 * g].startswith("exit code: 1") and "failed" in outputs[2 + 3 * g]
-        assert outputs[3 + 3 * g].startswith("exit code: 0")
-    assert outputs[-1].startswith("exit code: 0") and rec["outcome"] == "resolved"
+        run = outputs[2 + 2 * g]
+        assert run.startswith("exit code: 0") and " failed" in run and run.rstrip().endswith(oracle.REVERTED)
+    assert " failed" not in outputs[-1] and oracle.REVERTED not in outputs[-1] and rec["outcome"] == "resolved"
     added = [ln for ln in rec["submission"].splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert added == ["+        if x > t:"]  # only the fix is left in the diff
-    # the same draw for the same task and number; none for a task with nothing to guess
-    again = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["beta"],
-                                  guesses=2)
-    assert again["messages"] == rec["messages"]
-    assert oracle.oracle_episode(world["alpha"], sandbox, tok, {**CFG, "max_new_tokens": 128},
-                                 env=world["envs"]["alpha"], guesses=2) is None
+    assert oracle.oracle_episode(task, sandbox, tok, cfg, env=world["envs"]["beta"])["messages"] == rec["messages"]
+    # a scan that may not try that many wrong edits first gives no episode
+    fewer = {**cfg, "oracle": {"max_guesses": n - 1}}
+    assert oracle.oracle_episode(task, sandbox, tok, fewer, env=world["envs"]["beta"]) is None
+
 
 def test_fix_arguments_line_scoped_where_one_line_changed():
     clean = "def f(a, b):\n    if a <= b and b < 9:\n        return a - b\n    return b\n"
@@ -202,23 +203,25 @@ def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
     assert oracle.grep_after(text.splitlines(True), oracle.shown_path("pkg/m.py"), "def f(", 2) == real
 
 
-def test_guesses_are_wrong_line_scoped_generator_edits_inside_the_window():
-    import random
-
+def test_scan_edits_are_the_generators_edits_of_the_window_in_source_order():
     clean = ("def f(a, b):\n    if a <= b and b > 9:\n        return a - b * 2\n    return b\n"
              "\n\ndef g(x):\n    return x + 1\n")
     buggy = clean.replace("a - b", "a + b")
-    guesses = oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 5)
-    assert 2 <= len(guesses) <= 5
-    seen = set()
-    for g in guesses:
-        assert set(g) == {"path", "line", "old", "new"} and 2 <= g["line"] <= 4
-        out = ep_mod.apply_edit(buggy, g["old"], g["new"], g["line"])
-        assert out is not None and out != clean and out != buggy and out not in seen
-        seen.add(out)
+    scan = list(oracle.scan_edits(buggy, "p/m.py", range(1, 5)))
+    assert len(scan) >= 4
+    made = []
+    for e in scan:
+        assert set(e) == {"path", "line", "old", "new"} and 2 <= e["line"] <= 4
+        out = ep_mod.apply_edit(buggy, e["old"], e["new"], e["line"])
+        assert out is not None and out != buggy and out not in made
+        made.append(out)
         assert out.endswith("return x + 1\n")  # g() lies outside the window
-    assert guesses == oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 5)
-    assert oracle.guess_edits(buggy, clean, "p/m.py", range(1, 5), random.Random(3), 0) == []
+    assert [e["line"] for e in scan] == sorted(e["line"] for e in scan)
+    assert clean in made  # the fix is one of them
+    to_fix = oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
+    assert to_fix == scan[:made.index(clean) + 1]
+    assert oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), made.index(clean) - 1) is None
+    assert oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 2), 12) is None  # not on line 1
 
 
 # -- episodes -----------------------------------------------------------------------------

@@ -147,7 +147,8 @@ def test_instance_from_a_real_run(repos_root, sandbox):
     assert inst["bug_type"] == "func_pm_op_swap" and inst["created_at"] == generate.CREATED_AT
 
     text = inst["problem_statement"]
-    assert "`tinycalc.core.mean`" in text  # what misbehaves
+    assert text.startswith("`mean` ")  # what misbehaves, first
+    assert "`tinycalc/core.py`" in text  # where it is defined
     assert "`48`" in text and "`3`" in text  # observed vs expected, from the pytest log
     assert "tests/test_core.py::test_mean" in text  # how to reproduce
     for line in inst["patch"].splitlines():  # nothing of the bug or the fix

@@ -12,7 +12,7 @@ import pytest
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
-from forgeline.agent.oracle import ScriptedEngine, apply_hunks, oracle_episode, oracle_texts, parse_patch  # noqa: E402
+from forgeline.agent.oracle import REVERTED, ScriptedEngine, apply_hunks, oracle_episode, oracle_texts, parse_patch  # noqa: E402
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.chat import render_ids  # noqa: E402
@@ -37,7 +37,8 @@ CLEAN = TINY_REPOS["alpha"][0]
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory):
     root = tmp_path_factory.mktemp("repos")
-    write_repo(root, "alpha", *TINY_REPOS["alpha"])
+    for name in ("alpha", "beta"):
+        write_repo(root, name, *TINY_REPOS[name])
     return root
 
 
@@ -97,32 +98,38 @@ def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
         assert len(tokens) == len(mask) and sum(mask) == sum(rec["action_mask"])
 
 
-def test_synthetic_guesses_are_what_the_real_tools_do(tok, repos):
-    """A conversation with wrong guesses, replayed in the process sandbox: each guess applies
-    and really breaks the suite (the synthesised run says exit code 1, as the real one does),
-    `git checkout .` really takes it back, and the final diff is the fix alone."""
-    site = next(s for s in enumerate_mutation_sites(CLEAN, ["cmp_boundary"], PATH) if s.function == "clamp")
-    msgs = sft.synthetic_messages(CLEAN, PATH, site, guesses=2)
+def test_synthetic_scan_is_what_the_real_tools_do(tok, repos):
+    """A conversation that scans to its fix, replayed in the process sandbox: each wrong edit
+    applies and really breaks the suite, the test call's `git checkout .` really takes it back
+    (the synthesised run says so too), and the final diff is the fix alone."""
+    clean, path = TINY_REPOS["beta"][0], "beta/__init__.py"  # a suite that every wrong edit breaks
+    site = next(s for s in enumerate_mutation_sites(clean, ["cmp_boundary"], path) if s.function == "count_above")
+    msgs = sft.synthetic_messages(clean, path, site, max_guesses=12)
     calls = [m["content"] for m in msgs if m["role"] == "assistant"]
-    assert len(calls) == 1 + 3 * 2 + 3 and calls.count(calls[2]) == 3  # the test call, after each edit
-    buggy = apply_mutation(CLEAN, site)
-    task = {"instance_id": "alpha.syn.guess", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
+    n = (len(calls) - 2) // 2 - 1  # wrong edits before the fix
+    assert n >= 2 and len(calls) == 1 + 2 * (n + 1) + 1 and calls.count(calls[2]) == n + 1
+    assert sft.synthetic_messages(clean, path, site, max_guesses=n - 1) is None
+    buggy = apply_mutation(clean, site)
+    task = {"instance_id": "beta.syn.scan", "repo": "beta", "patch": make_patch(path, clean, buggy),
             "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
     engine = ScriptedEngine(tok, lambda prompt, turn: calls[min(turn, len(calls) - 1)])
     rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096,
-                                                          "max_steps": 12},
-                      env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
+                                                          "max_steps": len(calls)},
+                      env=RepoSnapshot.load(repos, "beta").env(), tokenizer=tok)
     real = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
     synth = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert len(real) == len(synth)
     for k, (a, b) in enumerate(zip(real, synth)):
-        if k in (2, 5):  # the guesses' test runs: synthesised, but failing like the real ones
-            assert a.startswith("exit code: 1") and b.startswith("exit code: 1") and " failed" in a and " failed" in b
-        elif k == 8:  # the fix's: passing
-            assert a.startswith("exit code: 0") and b.startswith("exit code: 0") and " passed" in a
+        if k % 2 == 0 and 0 < k < len(real) - 1:  # the wrong edits' test runs: failing, taken back
+            for out in (a, b):
+                assert out.startswith("exit code: 0\n") and " failed" in out and out.rstrip().endswith(REVERTED)
+        elif k == len(real) - 1:  # the fix's: passing, nothing taken back
+            assert a.startswith("exit code: 0") and " passed" in a and " failed" not in a and REVERTED not in a
+            assert b.startswith("exit code: 0") and " failed" not in b and REVERTED not in b
         else:
             assert a == b
-    assert real[-1].startswith("exit code: 0") and rec["exit_status"] == "submitted"
-    assert apply_hunks(buggy, parse_patch(rec["submission"])[PATH]) == CLEAN
+    assert rec["exit_status"] == "submitted"
+    assert apply_hunks(buggy, parse_patch(rec["submission"])[path]) == clean
 
 
 def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos):

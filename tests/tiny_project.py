@@ -82,7 +82,7 @@ def make_project(dest: Path) -> Path:
     params["agent"].update(max_steps=2, max_new_tokens=12, context_limit=1024, wall_time_s=120,
                            alignment="text")  # random tokens rarely re-tokenize to the same ids
     params["agent"]["rollout"]["concurrency"] = 2
-    params["agent"]["oracle"]["guesses"] = [0, 1]
+    params["agent"]["oracle"]["max_guesses"] = 12
     params["train"]["sft"].update(max_steps=2, max_seq_len=512, tokens_per_batch=1024, threads=1,
                                   warmup_steps=1)
     params["train"]["sft"]["synthetic"].update(examples=4, max_file_bytes=4000)

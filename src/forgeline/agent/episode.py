@@ -71,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "alignment": "ids",
     "credit_unsubmitted": False,
     "rollout": {"concurrency": 8, "seeding": "batch"},
-    "oracle": {"max_lines": 30, "guesses": [0]},
+    "oracle": {"max_lines": 30, "max_guesses": 0},
     "reward": REWARD_DEFAULTS,
 }
 

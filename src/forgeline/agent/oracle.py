@@ -8,13 +8,15 @@ The script, derived from the task alone (its bug patch, FAIL_TO_PASS tests, `mut
    to copy is the name the issue gives)
 2. `bash: nl -ba <file> | sed -n 'A,Bp'`  (only where the bug lies past what 1. shows, or in
    no function: `oracle.max_lines` lines around it)
-3. with `guesses`: wrong guesses first, each `edit` (one of the generator's mutations of a
-   line grep showed), `bash: python3 -m pytest -q --tb=no -rN` (fails), `bash: git checkout .`
-4. `edit: path, line, old, new`  (the bug patch reversed: where one line changed, grep's line
-   number and the few tokens that differ; else widened with context lines until `old`
-   occurs once)
-5. `bash: python3 -m pytest -q --tb=no -rN`  (the whole suite: the same command for every task)
-6. `submit`
+3. with `max_guesses` > 0 (a bug in one line that grep shows): the scan. Every candidate edit
+   of the lines grep showed (`scan_edits`: the generator's own mutations, in source order),
+   each followed by `bash: python3 -m pytest -q --tb=no -rN || git checkout .`, which takes
+   the edit back when the suite fails, until the one that is the fix (the suite passes). A
+   task whose fix the scan does not reach within `max_guesses` wrong edits gets no episode.
+4. else `edit: path, line, old, new`  (the bug patch reversed: where one line changed, grep's
+   line number and the few tokens that differ; else widened with context lines until `old`
+   occurs once), then the same test call
+5. `submit`
 
 Each assistant turn is exactly one tool-call block (no prose): short and regular, so the tiny
 model can imitate it. The turns are fed through the same `Episode` loop as a policy's, by a
@@ -35,7 +37,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
@@ -51,13 +53,14 @@ from forgeline.tasks.mutations import candidate_sites, mutated_if_valid
 log = logging.getLogger(__name__)
 STAGE = "agent.oracle"
 _ASSISTANT = "<|im_start|>assistant\n"
-# The whole suite, without tracebacks or the list of failures (-rN): the same command for every
-# task (nothing to copy), and a run costs two lines of context, failed or not.
-TEST_COMMAND = "python3 -m pytest -q --tb=no -rN"
-# Undoes every edit since the session started (its baseline commit): a wrong guess is taken
-# back with a command that has nothing to copy.
-REVERT_COMMAND = "git checkout ."
-# Mutation kinds a guess is drawn from: those whose undo is a line-scoped edit.
+# The whole suite, without tracebacks or the list of failures (-rN), and, when it fails, every
+# edit since the session started (its baseline commit) taken back: the same command after
+# every edit of every task (nothing to copy), two or three lines of context, and a wrong edit
+# never stays to confuse the next one.
+TEST_COMMAND = "python3 -m pytest -q --tb=no -rN || git checkout ."
+# What `git checkout .` adds to the output when it took an edit back.
+REVERTED = "Updated 1 path from the index"
+# Mutation kinds the scan's candidate edits are: those whose undo is a line-scoped edit.
 GUESS_KINDS = ("op_swap", "cmp_boundary", "bool_flip", "arg_swap", "const_change", "invert_if")
 
 
@@ -264,34 +267,46 @@ def fix_arguments(path: str, hunk: Hunk, current: str) -> dict[str, Any]:
     return {"path": path, "old": old, "new": new}
 
 
-def guess_edits(buggy: str, clean: str, path: str, lines: range, rng: random.Random, n: int,
-                kinds: Sequence[str] = GUESS_KINDS) -> list[dict[str, Any]]:
-    """Up to `n` wrong line-scoped edits of `buggy` (the file at `path`) on `lines`: what a
-    policy that cannot tell which token is wrong tries first. Each is one of the bug
-    generator's own mutations (a token or a negation changed), so a guess and the real fix
-    come from the same kind of edit; none restores `clean`. Drawn with `rng`."""
+def scan_edits(buggy: str, path: str, lines: range, kinds: Sequence[str] = GUESS_KINDS) -> Iterator[dict[str, Any]]:
+    """Every candidate fix of `buggy` (the file at `path`) on `lines`, in source order (line,
+    column, kind): each a line-scoped edit that is one of the bug generator's own mutations
+    (a token or a negation changed), distinct by the file it makes. What a policy that cannot
+    tell which token is wrong can still do reliably: try them top to bottom, each tested.
+    Lazy: each candidate costs a parse of the mutated file."""
     found = candidate_sites(buggy, kinds, path)
-    if found is None or n <= 0:
-        return []
+    if found is None:
+        return
     sites, reference = found
-    sites = [s for s in sites if s.line in lines]
-    rng.shuffle(sites)
-    out: list[dict[str, Any]] = []
+    made: set[str] = set()
     for site in sites:
-        if len(out) >= n:
-            break
-        mutated = mutated_if_valid(buggy, site, reference, path)
-        if mutated is None or mutated == clean:
+        if site.line not in lines:
             continue
-        # the guess as a hunk of a "bug patch" from `mutated` to `buggy`: line_fix undoes it
+        mutated = mutated_if_valid(buggy, site, reference, path)
+        if mutated is None or mutated in made:
+            continue
+        # the candidate as a hunk of a "bug patch" from `mutated` to `buggy`: line_fix undoes it
         diff = "".join(difflib.unified_diff(mutated.splitlines(True), buggy.splitlines(True),
                                             f"a/{path}", f"b/{path}", n=3))
         hunks = parse_patch(diff).get(path, [])
         fix = line_fix(hunks[0]) if len(hunks) == 1 else None
         if fix is None or apply_edit(buggy, fix[1], fix[2], fix[0]) != mutated:
             continue
-        out.append({"path": path, "line": fix[0], "old": fix[1], "new": fix[2]})
-    return out
+        made.add(mutated)
+        yield {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}
+
+
+def scan_to_fix(buggy: str, clean: str, path: str, lines: range, max_guesses: int) -> list[dict[str, Any]] | None:
+    """The scan's edits up to and including the one that restores `clean` (the fix last), or
+    None when no candidate on `lines` is the fix or more than `max_guesses` wrong ones come
+    first."""
+    out: list[dict[str, Any]] = []
+    for edit in scan_edits(buggy, path, lines):
+        out.append(edit)
+        if apply_edit(buggy, edit["old"], edit["new"], edit["line"]) == clean:
+            return out
+        if len(out) > max_guesses:
+            return None
+    return None
 
 
 def _enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
@@ -354,15 +369,16 @@ def shown_path(path: str) -> str:
 
 
 
-def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30, guesses: int = 0,
-                   rng: random.Random | None = None) -> list[tuple[str, dict]]:
+def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30,
+                   max_guesses: int = 0) -> list[tuple[str, dict]] | None:
     """The oracle's tool calls [(name, arguments)] for `task`, whose clean repository is at
     `source` (the bug patch is applied here, in memory, to find lines and functions).
 
-    With `guesses` > 0 (a bug in one line that grep shows), up to that many wrong guesses
-    (`guess_edits`, drawn with `rng`) come before the fix, each tested and taken back:
-    `edit`, the test call, `git checkout .`. That is what a policy that cannot know which token
-    is wrong can still do reliably: guess, read the exit code, revert, guess again."""
+    With `max_guesses` > 0 the fix is reached by the scan (`scan_to_fix`: the candidate edits
+    of what grep showed, top to bottom, each followed by the test call that takes it back when
+    the suite fails); None when the task is not one the scan solves (a bug in several lines or
+    outside what grep shows, a fix that is no candidate, or more than `max_guesses` before it).
+    With 0 the fix comes straight after the grep."""
     files = parse_patch(task["patch"])
     if not files:
         raise ValueError(f"{task['instance_id']}: the patch changes no file")
@@ -370,6 +386,8 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
     actions: list[tuple[str, dict]] = []
     shown: set[tuple[str, str]] = set()
     single = len(files) == 1 and sum(len(h) for h in files.values()) == 1
+    if max_guesses > 0 and not single:
+        return None
     for path in sorted(files):
         hunks = files[path]
         clean = (Path(source) / path).read_text(encoding="utf-8")
@@ -386,13 +404,17 @@ def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int =
                 shown.add((path, name))
                 actions.append(("bash", {"command": find_function_command(name, max_lines)}))
             if not fn or line > fn[1] + max_lines - 1:  # the bug is not in what grep showed
+                if max_guesses > 0:
+                    return None
                 lo = max(1, line - max_lines // 2)
                 actions.append(("bash", {"command": f"nl -ba {path} | sed -n '{lo},{lo + max_lines - 1}p'"}))
-            elif single and guesses > 0:
-                draw = rng or random.Random(0)
-                for guess in guess_edits(buggy, clean, path, shown_lines(fn, max_lines), draw, guesses):
-                    actions += [("edit", {**guess, "path": shown_path(path)}),
-                                ("bash", {"command": TEST_COMMAND}), ("bash", {"command": REVERT_COMMAND})]
+            if max_guesses > 0:
+                scan = scan_to_fix(buggy, clean, path, shown_lines(fn, max_lines), max_guesses)
+                if scan is None:
+                    return None
+                for edit in scan:
+                    actions += [("edit", {**edit, "path": shown_path(path)}), ("bash", {"command": TEST_COMMAND})]
+                return actions + [("submit", {})]
             args = {**fix_arguments(path, hunk, current), "path": shown_path(path)}
             actions.append(("edit", args))
             current = apply_edit(current, args["old"], args["new"], args.get("line")) or current
@@ -408,36 +430,37 @@ def oracle_texts(actions: Sequence[tuple[str, dict]]) -> list[str]:
 
 def oracle_episode(task: Mapping[str, Any], sandbox: Sandbox, tokenizer, cfg: Mapping[str, Any] | None = None,
                    *, env: TaskEnv | None = None, repos_root: str | Path | None = None,
-                   test_timeout_s: float = 120.0, guesses: int = 0) -> dict | None:
-    """Run the oracle on `task` through the agent loop, with `guesses` wrong guesses first
-    (drawn from the task and that number); returns the episode record (`source: "oracle"`,
-    logprobs 0), or None when `guesses` > 0 but the task leaves none to make. Keep it only
-    if `usable_oracle_episode(record)`."""
+                   test_timeout_s: float = 120.0) -> dict | None:
+    """Run the oracle on `task` through the agent loop (the scan when `cfg`'s
+    `oracle.max_guesses` > 0); returns the episode record (`source: "oracle"`, logprobs 0), or
+    None when the scan does not reach the task's fix. Keep it only if
+    `usable_oracle_episode(record)`."""
     c = agent_config(cfg)
     env = env if env is not None else task_env(task, repos_root)
-    rng = random.Random(f"{task['instance_id']}:guesses:{guesses}")
-    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]), guesses, rng)
-    made = sum(1 for name, a in actions if name == "bash" and a["command"] == REVERT_COMMAND)
-    if guesses and not made:
-        return None  # nothing to guess here: the same episode as with no guesses
+    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]), int(c["oracle"]["max_guesses"]))
+    if actions is None:
+        return None
     texts = oracle_texts(actions)
     c["max_steps"] = max(int(c["max_steps"]), len(texts))
     engine = ScriptedEngine(tokenizer, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
     record = run_episode(task, 0, engine, sandbox, c, env=env, tokenizer=tokenizer, policy="oracle",
                          source="oracle", test_timeout_s=test_timeout_s)
     record["oracle_actions"] = [name for name, _ in actions]
-    record["oracle_guesses"] = made
+    record["oracle_guesses"] = sum(1 for name, _ in actions if name == "edit") - 1
     return record
 
 
+_FAILURES = re.compile(r"\b\d+ (?:failed|errors?)\b")
+
+
 def usable_oracle_episode(record: Mapping[str, Any]) -> bool:
-    """Resolved, and every test run but the last failed: a guess that happened to pass the
-    suite would teach the policy to take back a passing fix."""
+    """Resolved, and every test run but the last failed: a wrong edit that happened to pass
+    the suite would teach the policy to go on past a passing fix."""
     if record["outcome"] != "resolved":
         return False
-    exits = [r.get("exit_code") for t in record["turns"] for call, r in zip(t["tool_calls"], t["tool_results"])
-             if call["name"] == "bash" and call["arguments"].get("command") == TEST_COMMAND]
-    return all(code not in (0, None) for code in exits[:-1])
+    runs = [r.get("output", "") for t in record["turns"] for call, r in zip(t["tool_calls"], t["tool_results"])
+            if call["name"] == "bash" and call["arguments"].get("command") == TEST_COMMAND]
+    return bool(runs) and all(_FAILURES.search(o) for o in runs[:-1]) and not _FAILURES.search(runs[-1])
 
 
 # -- the stage ------------------------------------------------------------------------------
@@ -460,15 +483,15 @@ def run(cfg, args: argparse.Namespace) -> None:
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     manifest = Manifest(stage=STAGE, params={"agent": section}, inputs=[*args.tasks, args.tokenizer],
                         code=stage_sources(__name__))
-    variants = [int(g) for g in section["oracle"]["guesses"]]
-    kept, dropped = [], []
+    kept, dropped, unscanned = [], [], []
     with manifest.timed("oracle"):
         for task in tqdm(tasks, desc="oracle", unit="task", dynamic_ncols=True):
-            for guesses in variants:
-                rec = oracle_episode(task, sandbox, tokenizer, section, repos_root=repos_root,
-                                     test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]), guesses=guesses)
-                if rec is not None:
-                    (kept if usable_oracle_episode(rec) else dropped).append(rec)
+            rec = oracle_episode(task, sandbox, tokenizer, section, repos_root=repos_root,
+                                 test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+            if rec is None:
+                unscanned.append(task["instance_id"])
+            else:
+                (kept if usable_oracle_episode(rec) else dropped).append(rec)
     for rec in dropped:
         log.warning("oracle did not resolve %s: %s (%s)", rec["instance_id"], rec["outcome"],
                     json.dumps(rec["verdict"].get("failing", []))[:300])
@@ -482,6 +505,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         export_trajectories(kept, args.traj_dir)
         outputs.append(Path(args.traj_dir))
     manifest.notes = {"tasks": len(tasks), "episodes": len(kept) + len(dropped), "resolved": len(kept),
+                      "not_scanned": len(unscanned),
                       "guesses": sum(r["oracle_guesses"] for r in kept),
                       "unresolved": sorted({r["instance_id"] for r in dropped}),
                       "mean_sequence_tokens": (sum(len(r["tokens"]) for r in kept) / len(kept)) if kept else 0}

@@ -285,15 +285,19 @@ def _rank(failure: Failure) -> int:
 
 
 # Wordings, per symptom; one of each is drawn with the instance's seed.
+# Every title opens with the subject: the first `...` of an issue is what misbehaves.
 TITLES = {
-    "value": ["{subject} returns a wrong result", "Wrong result from {subject}",
+    "value": ["{subject} returns a wrong result", "{subject} computes the wrong value",
               "{subject} gives incorrect output"],
-    "raises": ["{subject} raises `{exc}` unexpectedly", "Unexpected `{exc}` from {subject}",
+    "raises": ["{subject} raises `{exc}` unexpectedly", "{subject} crashes with `{exc}`",
                "{subject} fails with `{exc}`"],
     "not_raised": ["{subject} accepts input it should reject", "{subject} no longer raises `{exc}`"],
-    "check": ["Unexpected behaviour in {subject}", "{subject} misbehaves",
-              "Bug: {subject} does not do what it should"],
+    "check": ["{subject} behaves unexpectedly", "{subject} misbehaves",
+              "{subject} does not do what it should"],
 }
+# Where a public function that misbehaves is defined (the body's last line before the repro).
+LOCATION = "It is defined in `{path}`."
+
 VALUE = [
     "Calling `{call}` gives `{observed}`, but I expected `{expected}`.",
     "`{call}` returns `{observed}` instead of `{expected}`.",
@@ -352,8 +356,11 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
     call = _source(failure.test_line, call_node) if call_node is not None else ""
     if len(call) > 120:  # a long chain reads worse than naming the function
         call = ""
+    where: list[str] = []
     if not _is_private(site.function):
-        subject = f"`{module_name(site.file)}.{site.function}`"
+        # its name as its file defines it (`f`, `Class.method`), and the file in the body
+        subject = f"`{site.function}`"
+        where = [LOCATION.format(path=site.file)]
     elif call_node is not None:  # a private helper: name the public entry point the test used
         subject = f"`{_source(failure.test_line, call_node.func)}`"
     else:
@@ -392,7 +399,7 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
                     f"{'' if others > 1 else 's'} as well.")
     repro = rng.choice(REPRO).format(test=failure.test_id)
     title = rng.choice(TITLES[symptom]).format(subject=subject, exc=exc_name)
-    text = title + "\n\n" + "\n\n".join(body + [repro]) + "\n"
+    text = title + "\n\n" + "\n\n".join(body + where + [repro]) + "\n"
     if _leaks(text, patch):  # pytest quoted the changed code: say less rather than leak it
         text = (f"{subject} misbehaves\n\n{subject} no longer behaves as its tests expect "
                 f"(`{failure.test_id}` fails).\n\n{repro}\n")

@@ -8,11 +8,13 @@ Data (never a pool or panel repository: asserted):
 - synthetic edit trajectories, built without any sandbox: one `forgeline.tasks.mutations`
   mutation of a function of some Python source (the SFT repositories' package code and the
   interpreter's standard library), rendered as the oracle's conversation
-  (statement naming the function -> `grep -rn -A N "def f(" .` -> wrong guesses, each tested
-  and reverted -> `edit` with the fix -> the test call -> `submit`), with the tool outputs
+  (statement naming the function -> `grep -rn -A N "def f(" .` -> the scan: candidate edits
+  top to bottom, each followed by the test call that takes it back when the suite fails,
+  until the fix -> `submit`), with the tool outputs
   written the way the agent writes them (`exit code: N\\n` + output, cut by
   `episode.truncate`; `edited PATH`). There are no tests to run: a test run's output is
-  synthesised in pytest's shape (`suite_output`), failing after a guess, passing after the fix.
+  synthesised in pytest's shape (`suite_output`), failing (and `git checkout .`'s line) after a
+  wrong edit, passing after the fix.
   A `synthetic.recovery` share first shows one turn broken (`with_recovery`; mask 0) and the
   agent's error answer to it.
 
@@ -46,9 +48,9 @@ from tqdm import tqdm
 from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, agent_config, apply_edit,
                                      tool_schemas,
                                      truncate)
-from forgeline.agent.oracle import (REVERT_COMMAND, TEST_COMMAND, _enclosing_function,
+from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     _first_changed_line, find_function_command, fix_arguments,
-                                    grep_after, guess_edits, oracle_texts, parse_patch, shown_lines,
+                                    grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
                                     shown_path)
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
@@ -56,7 +58,7 @@ from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
                                   write_json)
-from forgeline.tasks.generate import RAISES, REPRO, TITLES, VALUE
+from forgeline.tasks.generate import LOCATION, RAISES, REPRO, TITLES, VALUE
 from forgeline.tasks.mutations import KINDS, apply_mutation, candidate_sites, mutated_if_valid
 from forgeline.tasks.schema import repo_key
 
@@ -86,7 +88,7 @@ DEFAULTS: dict[str, Any] = {
         "per_file": 2,          # examples per source file at most
         "rename": 0.0,          # share of examples whose function/folder/module get fresh names
         "kinds": list(KINDS),   # mutation kinds
-        "guesses": [0],         # wrong guesses (tested, reverted) before the fix, by turns
+        "max_guesses": 0,       # > 0: the fix reached by the scan, at most this many wrong edits first
         "recovery": 0.0,        # share with a broken call (not trained on) and its error first
     },
 }
@@ -160,7 +162,7 @@ _VALUES = ["0", "1", "-1", "2", "None", "True", "False", "[]", "''", "0.5", "3",
 
 
 def synthetic_statement(subject: str, name: str, module: str, rng: random.Random,
-                        callers: Sequence[str] = ()) -> str:
+                        callers: Sequence[str] = (), path: str | None = None) -> str:
     """An issue in the task generator's wordings (its titles, body lines and reproduction
     lines) for a bug in `subject`. Like a generated issue, the body shows a call the failing
     test makes, often of another function of the module (`callers`), with made-up values
@@ -178,15 +180,18 @@ def synthetic_statement(subject: str, name: str, module: str, rng: random.Random
     if others:
         body.append(f"{others} other test{'s' if others > 1 else ''} in the suite fail"
                     f"{'' if others > 1 else 's'} as well.")
+    if path:
+        body.append(LOCATION.format(path=path))
     test = f"tests/test_{module.rsplit('.', 1)[-1]}.py::test_{called.strip('_')}"
     return "\n\n".join([title, *body, rng.choice(REPRO).format(test=test)])  # as user_prompt strips it
 
 
 def suite_output(failed: int, rng: random.Random) -> str:
-    """What the oracle's test call prints (pytest -q --tb=no -rN, normalised, after the agent's
-    `exit code: N` line) when `failed` tests fail (exit code 1) or, with none, when the suite
-    passes (exit code 0): the progress line(s) and the count line. There is no suite to run
-    for a synthetic conversation; its shape and the exit code are what the policy reads."""
+    """What the test call (pytest -q --tb=no -rN, normalised, `|| git checkout .`) prints
+    after the agent's `exit code: N` line when `failed` tests fail (then git takes the edit
+    back and the command's exit code is git's, 0) or, with none, when the suite passes: the
+    progress line(s), the count line, git's line. There is no suite to run for a synthetic
+    conversation; its shape is what the policy reads."""
     passed = rng.randint(3, 70)
     marks = ["F"] * failed + ["."] * passed
     rng.shuffle(marks)
@@ -194,8 +199,8 @@ def suite_output(failed: int, rng: random.Random) -> str:
     for i in range(0, len(marks), 70):  # pytest's progress lines hold 70 marks here
         done += len(marks[i:i + 70])
         lines.append(f"{''.join(marks[i:i + 70])} [{100 * done // len(marks):3d}%]")
-    counts = f"{failed} failed, {passed} passed" if failed else f"{passed} passed"
-    return f"exit code: {1 if failed else 0}\n" + "\n".join([*lines, counts]) + "\n"
+    counts = [f"{failed} failed, {passed} passed", REVERTED] if failed else [f"{passed} passed"]
+    return "exit code: 0\n" + "\n".join([*lines, *counts]) + "\n"
 
 
 def broken_call(text: str, rng: random.Random) -> str:
@@ -230,12 +235,13 @@ def with_recovery(messages: list[dict], tools: Sequence[dict], rng: random.Rando
 
 
 def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
-                       max_tool_output_chars: int = 2000, guesses: int = 0) -> list[dict] | None:
+                       max_tool_output_chars: int = 2000, max_guesses: int = 0) -> list[dict] | None:
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
     the file at repo-relative `path`): system, user (a statement naming the function), then
-    grep / [`guesses` wrong guesses, each tested and reverted] / edit / test call / submit
-    turns with synthesised tool results. None when the mutation cannot be rendered as one unique edit
-    (several hunks, an ambiguous `old`, no newline at the end of the file)."""
+    grep / edit / test call / submit turns with synthesised tool results; with `max_guesses`
+    > 0 the edits are the scan's up to the fix (`oracle.scan_to_fix`), each with its test call.
+    None when the mutation cannot be rendered as one unique edit (several hunks, an ambiguous
+    `old`, no newline at the end of the file) or the scan does not reach it."""
     if not clean.endswith("\n"):
         return None
     buggy = apply_mutation(clean, site)
@@ -262,16 +268,19 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     module = path[:-3].replace("/", ".").removesuffix(".__init__")
     callers = sorted({f for f in re.findall(r"^\s*def ([A-Za-z]\w*)\(", clean, re.M) if f != name})
     rng = random.Random(f"{path}:{site.line}:{site.col}:{site.kind}")
-    statement = synthetic_statement(f"`{module}.{site.function}`", name, module, rng, callers)
-    wrong = guess_edits(buggy, clean, path, shown_lines(fn, max_lines), rng, guesses) if guesses else []
+    statement = synthetic_statement(f"`{site.function}`", name, module, rng, callers, path)
+    edits = [edit]
+    if max_guesses > 0:
+        scan = scan_to_fix(buggy, clean, path, shown_lines(fn, max_lines), max_guesses)
+        if scan is None:
+            return None
+        edits = [{**e, "path": shown_path(path)} for e in scan]
     turns: list[tuple[str, dict, str | None]] = [
         ("bash", {"command": find_function_command(name, max_lines)}, _result(grep, max_tool_output_chars))]
-    for guess in wrong:
-        turns += [("edit", {**guess, "path": shown_path(path)}, f"edited {shown_path(path)}"),
-                  ("bash", {"command": TEST_COMMAND}, suite_output(rng.choice([1, 1, 2, 3, 5, 9]), rng)),
-                  ("bash", {"command": REVERT_COMMAND}, "exit code: 0\nUpdated 1 path from the index\n")]
-    turns += [("edit", edit, f"edited {shown_path(path)}"),
-              ("bash", {"command": TEST_COMMAND}, suite_output(0, rng)), ("submit", {}, None)]
+    for k, e in enumerate(edits):
+        failed = 0 if k == len(edits) - 1 else rng.choice([1, 1, 2, 3, 5, 9])
+        turns += [("edit", e, f"edited {shown_path(path)}"), ("bash", {"command": TEST_COMMAND}, suite_output(failed, rng))]
+    turns.append(("submit", {}, None))
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}]
     for (_, _, result), text in zip(turns, oracle_texts([(t[0], t[1]) for t in turns])):
         messages.append(assistant_message(text))
@@ -349,12 +358,12 @@ def fresh_names(messages: Sequence[Mapping[str, Any]], path: str, function: str,
 def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                             kinds: Sequence[str] = KINDS, max_lines: int = 30, per_file: int = 2,
                             max_tool_output_chars: int = 2000, rename: float = 0.0,
-                            guesses: Sequence[int] = (0,), recovery: float = 0.0,
+                            max_guesses: int = 0, recovery: float = 0.0,
                             tools: Sequence[dict] = ()) -> list[tuple[str, list[dict]]]:
     """Up to `n` (id, messages) synthetic conversations from `files` [(repo-relative path,
     text)]: files in a seeded hash order, one mutation kind per file (rotating), at most
-    `per_file` sites per file drawn with random.Random(seed:path), the k-th conversation with
-    guesses[k % len(guesses)] wrong guesses before its fix, and a `recovery` share with one
+    `per_file` sites per file drawn with random.Random(seed:path), each reaching its fix by the
+    scan when `max_guesses` > 0 (sites it does not reach are skipped), and a `recovery` share with one
     broken call and the agent's answer to it before a turn (`with_recovery`; `tools` are the
     schemas the calls are checked against). A `rename` share of them
     get fresh names for the function, its folder and module (`fresh_names`): a name the
@@ -380,7 +389,7 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
             if mutated_if_valid(text, site, reference, path) is None:
                 continue
             msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars,
-                                      int(guesses[len(out) % len(guesses)]))
+                                      max_guesses)
             if msgs is None:
                 continue
             sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"
@@ -616,7 +625,7 @@ def run(cfg, args: argparse.Namespace) -> None:
             synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
                                             int(s["max_lines"]), int(s["per_file"]),
                                             int(a["max_tool_output_chars"]), float(s["rename"]),
-                                            [int(g) for g in s["guesses"]], float(s["recovery"]), tools)
+                                            int(s["max_guesses"]), float(s["recovery"]), tools)
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})

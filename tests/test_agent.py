@@ -312,6 +312,14 @@ def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
         missing = s.exec(ep_mod.edit_command("nope.py", "a", "b"), 20)
         assert missing.exit_code == 1 and "cannot read nope.py" in missing.output
         assert "x = " in s.diff() and "nope" not in s.diff()
+        # a path without its folder, where one file of the repository has that name
+        moved = s.exec(ep_mod.edit_command("./test_alpha.py", "add(2, 3) == 5", "add(3, 2) == 5"), 20)
+        assert (moved.exit_code, moved.output) == (0, "edited ./tests/test_alpha.py\n")
+        assert "add(3, 2) == 5" in s.exec("cat tests/test_alpha.py", 20).output
+        s.exec("cp alpha/__init__.py alpha/copy.py && cp alpha/__init__.py copy.py", 20)
+        s.exec("mkdir -p other && cp alpha/__init__.py other/copy.py", 20)
+        two = s.exec(ep_mod.edit_command("./x/copy.py", "a", "b"), 20)
+        assert two.exit_code == 1 and "cannot read ./x/copy.py" in two.output
 
     # with `line`: the script does what its pure twin does, and says where it edited
     source = TINY_REPOS["alpha"][0]

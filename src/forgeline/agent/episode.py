@@ -139,11 +139,20 @@ def user_prompt(task: Mapping[str, Any]) -> str:
 
 # Reads {"path", "old", "new"[, "line"]} as base64 JSON on stdin; no single quote inside
 # (it is shell-quoted). Mirrors `apply_edit`.
-EDIT_SCRIPT = """import base64,json,sys
+# A path that names no file but whose file name is that of exactly one file of the repository
+# means that file (`./expression.py` for `./cronparse/expression.py`), and the answer says so:
+# the folder is what a small policy drops when it copies a path from grep's output.
+EDIT_SCRIPT = """import base64,json,os,sys
 a=json.loads(base64.b64decode(sys.stdin.read()).decode("utf-8"))
 p,o,n,l=a["path"],a["old"],a["new"],a.get("line")
+q=p
+if not os.path.exists(q):
+    b=os.path.basename(q)
+    F=[os.path.join(d,b) for d,D,N in os.walk(".") if b in N and ".git" not in d.split(os.sep)]
+    if b and len(F)==1:
+        q=p=F[0]
 try:
-    f=open(p,encoding="utf-8",newline="");s=f.read();f.close()
+    f=open(q,encoding="utf-8",newline="");s=f.read();f.close()
 except (OSError,UnicodeError) as e:
     print("edit failed: cannot read %s (%s)"%(p,type(e).__name__));sys.exit(1)
 if l is None:
@@ -162,7 +171,7 @@ else:
     L[i]=L[i].replace(o,n,1);s="".join(L)
     if i+1!=l:
         p="%s at line %d"%(p,i+1)
-f=open(a["path"],"w",encoding="utf-8",newline="");f.write(s);f.close()
+f=open(q,"w",encoding="utf-8",newline="");f.write(s);f.close()
 print("edited %s"%p)
 """
 assert "'" not in EDIT_SCRIPT

@@ -98,7 +98,7 @@ def main() -> None:
     rows = []
     for n, task in enumerate(tasks, 1):
         rec = oracle_episode(task, sandbox, tok, agent, repos_root=ROOT / params["repos"]["root"])
-        if rec["outcome"] != "resolved":
+        if rec is None or rec["outcome"] != "resolved":  # None: the scan does not reach the fix
             continue
         ids = rec["tokens"]
         with torch.no_grad():

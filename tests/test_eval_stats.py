@@ -8,6 +8,7 @@ from scipy.stats import binomtest
 
 from forgeline.evaluation import evaluation_config
 from forgeline.evaluation import stats as st
+from forgeline.evaluation.evaluate import episode_seeds
 
 
 def paired(wins: int, ties: int, losses: int, both: int = 0) -> tuple[dict, dict]:
@@ -94,6 +95,16 @@ def test_means_ratios_and_p_text():
 def test_evaluation_config_checks():
     c = evaluation_config({"k": 2, "seeds": [3, 4]})
     assert c["k"] == 2 and c["base"] == "base" and c["alpha"] == 0.05
-    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"alpha": 1.5}, {"bogus": 1}):
+    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"alpha": 1.5}, {"bogus": 1},
+                {"k_per_panel": {"train": 0}}, {"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 8}}):
         with pytest.raises(ValueError):
             evaluation_config(bad)
+
+
+def test_panel_k_extends_the_shared_seeds():
+    """A panel with its own k gets more samples per task; its first seeds are every other
+    panel's, so the k = 1 protocol stays a prefix of it."""
+    ev = evaluation_config({"k": 1, "k_per_panel": {"train": 4}})
+    train, heldout = episode_seeds(ev, 1234, "train"), episode_seeds(ev, 1234, "heldout")
+    assert len(train) == 4 == len(set(train)) and len(heldout) == 1 and train[0] == heldout[0]
+    assert episode_seeds(ev, 1234, None) == heldout

@@ -33,7 +33,6 @@ import ast
 import difflib
 import json
 import logging
-import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "policies": {},          # name -> {path, base?}: what to evaluate (workflow)
     "panels": {},            # name -> [task JSONL files] (workflow)
     "k": 1,                  # samples (episodes) per task
+    "k_per_panel": {},       # panel name -> k for that panel (a paired test over several samples
+                             # per task where one sample per task is too few pairs)
     "seeds": None,           # explicit episode seeds (k of them); null = sample_seeds(seed, k)
     "alpha": 0.05,           # significance level of the verdicts (tables)
     "confidence": 0.95,      # level of the success-rate intervals (tables)
@@ -40,6 +42,12 @@ def evaluation_config(section: Mapping[str, Any] | None = None) -> dict[str, Any
         raise ValueError("evaluation.k must be >= 1")
     if out["seeds"] is not None and len(out["seeds"]) != int(out["k"]):
         raise ValueError(f"evaluation.seeds: {len(out['seeds'])} seeds for k={out['k']}")
+    for panel, k in (out["k_per_panel"] or {}).items():
+        if int(k) < 1:
+            raise ValueError(f"evaluation.k_per_panel.{panel} must be >= 1")
+        if out["seeds"] is not None and int(k) != int(out["k"]):
+            raise ValueError(f"evaluation.k_per_panel.{panel}={k} with explicit evaluation.seeds "
+                             f"(k={out['k']}): set seeds to null, or k_per_panel.{panel} to {out['k']}")
     if not 0 < float(out["alpha"]) < 1 or not 0 < float(out["confidence"]) < 1:
         raise ValueError("evaluation.alpha and evaluation.confidence must lie in (0, 1)")
     return out

@@ -39,10 +39,12 @@ from forgeline.sandbox import get_sandbox
 log = logging.getLogger(__name__)
 STAGE = "evaluation.evaluate"
 
-def episode_seeds(ev: Mapping[str, Any], root_seed: int) -> list[int]:
-    """The k episode seeds: explicit ones, else sample_seeds(root seed, k) (the same for every
-    policy, which is what pairs the results)."""
-    return [int(s) for s in ev["seeds"]] if ev["seeds"] is not None else sample_seeds(int(root_seed), int(ev["k"]))
+def episode_seeds(ev: Mapping[str, Any], root_seed: int, panel: str | None = None) -> list[int]:
+    """The k episode seeds of a panel (k: `k_per_panel[panel]`, else `k`): explicit ones, else
+    sample_seeds(root seed, k) (the same for every policy, which is what pairs the results)."""
+    if ev["seeds"] is not None:
+        return [int(s) for s in ev["seeds"]]
+    return sample_seeds(int(root_seed), int((ev["k_per_panel"] or {}).get(panel, ev["k"])))
 
 
 # -- pure -----------------------------------------------------------------------------------
@@ -97,8 +99,8 @@ def run(cfg, args: argparse.Namespace) -> None:
     ev = evaluation_config(cfg.data.get("evaluation"))
     a = agent_config(cfg.data.get("agent"))
     torch.set_num_threads(max(1, int(ev["threads"])))
-    seeds = episode_seeds(ev, int(cfg["seed"]))
     panel = args.panel or Path(args.tasks[0]).name.split(".")[0]
+    seeds = episode_seeds(ev, int(cfg["seed"]), panel)
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     ids = [t["instance_id"] for t in tasks]
     if len(set(ids)) != len(ids):
@@ -110,7 +112,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
         # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
         inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
-        manifest = Manifest(stage=STAGE, params={"evaluation": {key: ev[key] for key in ("k", "seeds", "dtype")},
+        manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev["seeds"], "dtype": ev["dtype"]},
                                                  "agent": a, "serving": serving},
                             seeds={"episodes": seeds}, inputs=inputs, code=stage_sources(__name__))
         pairs = [(t, s) for t in tasks for s in seeds]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
-import json
 import keyword
 import logging
 import math

@@ -108,3 +108,44 @@ def test_panel_k_extends_the_shared_seeds():
     train, heldout = episode_seeds(ev, 1234, "train"), episode_seeds(ev, 1234, "heldout")
     assert len(train) == 4 == len(set(train)) and len(heldout) == 1 and train[0] == heldout[0]
     assert episode_seeds(ev, 1234, None) == heldout
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """The two-sided sign-flip p by enumerating every sign pattern (the test's definition)."""
+    import itertools
+    obs = abs(sum(diffs))
+    hits = sum(abs(sum(s * d for s, d in zip(signs, diffs))) >= obs - 1e-12
+               for signs in itertools.product((1, -1), repeat=len(diffs)))
+    return hits / 2 ** len(diffs)
+
+
+def test_task_level_test_takes_the_task_as_the_unit():
+    # 9 tasks x 2 seeds, all resolved by B and none by A: only 2 of 2**9 sign patterns are as extreme
+    base = {(f"t{i}", s): False for i in range(9) for s in (1, 2)}
+    other = {k: True for k in base}
+    t = st.task_level_test(base, other)
+    assert (t["tasks"], t["up"], t["same"], t["down"], t["mean_diff"]) == (9, 9, 0, 0, 1.0)
+    assert t["p"] == pytest.approx(2 / 2 ** 9)
+    # McNemar over the 18 pairs would claim far more than the 9 tasks can carry
+    assert st.mcnemar_exact_p(18, 0) < t["p"] / 100
+    # mixed rates against the enumeration: 4 seeds, per-task rates differ by 3/4, 1/4, 0, -1/4, 1/2
+    rates = {"a": (0, 3), "b": (1, 2), "c": (2, 2), "d": (2, 1), "e": (0, 2)}  # (base, other) of 4
+    base = {(t, s): s < a for t, (a, b) in rates.items() for s in range(4)}
+    other = {(t, s): s < b for t, (a, b) in rates.items() for s in range(4)}
+    t = st.task_level_test(base, other)
+    assert (t["up"], t["same"], t["down"]) == (3, 1, 1)
+    assert t["p"] == pytest.approx(sign_flip_p([0.75, 0.25, 0.0, -0.25, 0.5]))
+    # no difference at all, and one seed per task (McNemar's pairs are the tasks: no task-level test)
+    assert st.task_level_test(base, base)["p"] == 1.0
+    assert st.task_level_test({("a", 1): True, ("b", 1): False}, {("a", 1): False, ("b", 1): True}) is None
+
+
+def test_verdict_with_a_task_level_test_says_what_decides():
+    task = {"tasks": 9, "up": 9, "same": 0, "down": 0, "mean_diff": 1.0, "p": 2 / 2 ** 9}
+    assert st.verdict("ppo", "base", 18, 0, 0, st.mcnemar_exact_p(18, 0), 0.05, task) == (
+        "ppo vs base: ppo better, task-level p=0.004 over 9 tasks "
+        "(9 up, 0 same, 0 down; pairs: 18 wins, 0 ties, 0 losses, McNemar p<0.001)")
+    # significant pairs, but too few tasks: the task-level p decides
+    few = {"tasks": 3, "up": 3, "same": 0, "down": 0, "mean_diff": 1.0, "p": 0.25}
+    assert st.verdict("ppo", "base", 24, 0, 0, st.mcnemar_exact_p(24, 0), 0.05, few).startswith(
+        "ppo vs base: no significant difference (task-level p=0.25 over 3 tasks")

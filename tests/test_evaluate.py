@@ -238,3 +238,20 @@ def test_panel_table_known_counts():
     assert all(not isinstance(v, str) for panel in m.values() for d in panel.values() for v in d.values())
     with pytest.raises(tb.PairingError, match="twice"):
         tb.group_results({"a.jsonl": rows_for("base", "x", [1]) * 2})
+
+
+def test_panel_with_several_seeds_is_judged_per_task():
+    # 3 tasks x 8 seeds: the adapter resolves every pair, the base none. 24 discordant pairs
+    # (McNemar p ~ 1e-7), yet 3 tasks carry at most 2/2**3 = 0.25: no significant difference.
+    def rows(policy, resolved):
+        return [{**r, "seed": s, "instance_id": f"t{i}"} for i in range(3) for s in range(8)
+                for r in rows_for(policy, "train", [resolved])]
+    grouped, sources = tb.group_results({"a.jsonl": rows("base", 0), "b.jsonl": rows("ppo", 1)})
+    t = tb.paired_tables(grouped, "base", sources)["train"]
+    c = t["comparisons"]["ppo"]
+    assert (c["wins"], c["losses"], c["task_up"], c["task_p"], c["significant"]) == (24, 0, 3, 0.25, False)
+    assert c["mcnemar_p"] < 1e-6
+    assert t["verdict"].startswith("ppo vs base: no significant difference (task-level p=0.25 over 3 tasks")
+    md = tb.markdown({"train": t})
+    assert "| 24 / 0 / 0 | 1.2e-07 | 3 / 0 / 0 | 0.2500 |" in md
+    assert tb.metrics({"train": t})["train"]["ppo_vs_base"]["task_p"] == 0.25

@@ -206,8 +206,9 @@ def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, lis
         for name, c in m.items():
             if "_vs_" in name:
                 other, base = name.split("_vs_", 1)
+                task = {k[len("task_"):]: v for k, v in c.items() if k.startswith("task_")} or None
                 lines.append(verdict(other, base, c["wins"], c["ties"], c["losses"], c["mcnemar_p"],
-                                     c.get("alpha", 0.05)))
+                                     c.get("alpha", 0.05), task))
         out[panel] = lines
     return out
 
@@ -534,18 +535,21 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
         tbody = ""
         for panel in sorted(metrics):
             pol = [{"policy": n, **r} for n, r in metrics[panel].items() if "_vs_" not in n]
-            cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})"}
+            cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})",
+                     **({"task_p": format_p(c["task_p"]) + f" ({c['task_p']:.4g})"} if "task_p" in c else {})}
                     for n, c in metrics[panel].items() if "_vs_" in n]
             tbody += (f"<h3>Panel {esc(panel)}</h3>"
                       + html_table(pol, ("policy", "resolved", "n", "success_rate", "ci_low", "ci_high",
                                          "mean_input_tokens", "input_tokens_ratio", "mean_steps", "steps_ratio",
                                          "mean_wall_s", "wall_s_ratio"))
-                      + (html_table(cmp_, ("comparison", "wins", "ties", "losses", "mcnemar_p", "significant"))
+                      + (html_table(cmp_, ("comparison", "wins", "ties", "losses", "mcnemar_p", "task_up",
+                                           "task_same", "task_down", "task_p", "significant"))
                          if cmp_ else ""))
         tbody += figure("success", plot_success(metrics), success_rows(metrics),
                         ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high"))
-        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs. Runtime (wall_s) "
-                  "is machine-dependent.</p>")
+        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs. With several seeds "
+                  "per task, the verdict's unit is the task: task_p is the exact paired sign-flip test of the "
+                  "per-task success-rate differences. Runtime (wall_s) is machine-dependent.</p>")
         if args.tables_md:
             tbody += (f"<details><summary>tables.md</summary><pre>{esc(Path(args.tables_md).read_text(encoding='utf-8'))}"
                       f"</pre></details>")

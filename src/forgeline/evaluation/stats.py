@@ -6,13 +6,20 @@ about which is better: B's wins (B resolved, A did not) and losses (A resolved, 
 Under the null hypothesis (no difference) each discordant pair is a win with probability 1/2,
 so the exact McNemar test is the two-sided binomial test of `wins` successes in
 `wins + losses` trials at p = 1/2 (scipy.stats.binomtest). Ties say nothing about the difference.
+
+With several seeds per task the pairs of one task are not independent and McNemar's p is
+optimistic. `task_level_test` then takes the task as the unit: each task's success rate under B
+minus under A, and the exact paired permutation (sign-flip) test of their mean over tasks.
 """
 from __future__ import annotations
 
 import math
 from typing import Iterable, Mapping, Sequence
 
-from scipy.stats import binomtest, norm
+import numpy as np
+from scipy.stats import binomtest, norm, permutation_test
+
+EXACT_TASKS = 16        # up to 2**16 sign patterns the task-level test enumerates them all
 
 
 def paired_outcomes(base: Mapping[object, bool], other: Mapping[object, bool]) -> dict[str, int]:
@@ -45,6 +52,37 @@ def mcnemar_exact_p(wins: int, losses: int) -> float:
         return 1.0
     # scipy's two-sided p can exceed 1 by rounding for a symmetric split: clip it
     return min(1.0, float(binomtest(wins, wins + losses, 0.5, alternative="two-sided").pvalue))
+
+
+def task_level_test(base: Mapping[tuple, bool], other: Mapping[tuple, bool]) -> dict[str, float | int] | None:
+    """The task-level paired test of B (`other`) against A (`base`), or None when every task has
+    one pair (then McNemar's pairs are the tasks and it is the test).
+
+    Inputs: {(instance_id, seed): resolved} for each policy, the same keys. Per task, d = B's
+    success rate over its seeds minus A's. Under the null hypothesis (no difference) each d is as
+    likely as -d, so the two-sided p is the share of the 2**n sign flips whose mean |mean d| is at
+    least the observed one (exact for n <= EXACT_TASKS, else 100,000 seeded flips). Output:
+    {tasks, up (d > 0), same, down, mean_diff, p}. E.g. 9 tasks all up by the same amount ->
+    p = 2 / 2**9.
+    """
+    paired_outcomes(base, other)  # the same keys, or a clear error
+    tasks = sorted({key[0] for key in base})
+    if len(tasks) == len(base):
+        return None
+    rate = lambda res, t: float(np.mean([res[k] for k in base if k[0] == t]))
+    a = np.array([rate(base, t) for t in tasks])
+    b = np.array([rate(other, t) for t in tasks])
+    d = b - a
+    if not d.any():
+        p = 1.0
+    else:
+        exact = len(tasks) <= EXACT_TASKS
+        res = permutation_test((a, b), lambda x, y, axis: np.mean(y - x, axis=axis), vectorized=True,
+                               permutation_type="samples", alternative="two-sided",
+                               n_resamples=np.inf if exact else 100_000, rng=np.random.default_rng(0))
+        p = min(1.0, float(res.pvalue))
+    return {"tasks": len(tasks), "up": int((d > 0).sum()), "same": int((d == 0).sum()),
+            "down": int((d < 0).sum()), "mean_diff": float(d.mean()), "p": p}
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -96,20 +134,34 @@ def format_p(p: float) -> str:
     return "<0.001"
 
 
+def _p_text(p: float) -> str:
+    ps = format_p(p)
+    return f"p{ps}" if ps.startswith("<") else f"p={ps}"
+
+
 def verdict(other: str, base: str, wins: int, ties: int, losses: int, p: float,
-            alpha: float = 0.05) -> str:
+            alpha: float = 0.05, task: Mapping[str, float | int] | None = None) -> str:
     """One plain-language sentence for B (`other`) against A (`base`).
 
     "ppo vs base: no significant difference (p=1.00; 3 wins, 32 ties, 3 losses)" when p >= alpha,
-    else "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)" (or "worse").
+    else "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)" (or "worse"). With
+    `task` (task_level_test's result: several seeds per task) the task-level p decides and
+    leads, the pairs and McNemar's p follow: "ppo vs base: ppo better, task-level p=0.004 over
+    9 tasks (7 up, 2 same, 0 down; pairs: 20 wins, 50 ties, 2 losses, McNemar p<0.001)".
     """
     counts = f"{wins} win{'s' * (wins != 1)}, {ties} tie{'s' * (ties != 1)}, {losses} loss{'es' * (losses != 1)}"
-    ps = format_p(p)
-    p_text = f"p{ps}" if ps.startswith("<") else f"p={ps}"
+    if task is not None:
+        detail = (f"{task['up']} up, {task['same']} same, {task['down']} down; "
+                  f"pairs: {counts}, McNemar {_p_text(p)}")
+        lead = f"task-level {_p_text(float(task['p']))} over {task['tasks']} tasks"
+        if float(task["p"]) >= alpha or float(task["mean_diff"]) == 0:
+            return f"{other} vs {base}: no significant difference ({lead}; {detail})"
+        direction = "better" if float(task["mean_diff"]) > 0 else "worse"
+        return f"{other} vs {base}: {other} {direction}, {lead} ({detail})"
     if p >= alpha or wins == losses:
-        return f"{other} vs {base}: no significant difference ({p_text}; {counts})"
+        return f"{other} vs {base}: no significant difference ({_p_text(p)}; {counts})"
     direction = "better" if wins > losses else "worse"
-    return f"{other} vs {base}: {other} {direction}, {p_text} ({counts})"
+    return f"{other} vs {base}: {other} {direction}, {_p_text(p)} ({counts})"
 
 
 def success_summary(resolved: Sequence[bool], confidence: float = 0.95) -> dict[str, float | int]:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from forgeline.evaluation import evaluation_config
 from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio,
-                                        success_summary, verdict)
+                                        success_summary, task_level_test, verdict)
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,16 @@ def panel_table(panel: str, by_policy: Mapping[str, Mapping[tuple, Mapping[str, 
     base_resolved = {k: bool(r["resolved"]) for k, r in by_policy[base].items()}
     comparisons: dict[str, dict] = {}
     for policy in order[1:]:
-        counts = paired_outcomes(base_resolved, {k: bool(r["resolved"]) for k, r in by_policy[policy].items()})
+        other = {k: bool(r["resolved"]) for k, r in by_policy[policy].items()}
+        counts = paired_outcomes(base_resolved, other)
         p = mcnemar_exact_p(counts["wins"], counts["losses"])
-        comparisons[policy] = {**counts, "mcnemar_p": p, "alpha": alpha, "significant": p < alpha,
+        task = task_level_test(base_resolved, other)
+        decisive = p if task is None else task["p"]  # several seeds per task: the task is the unit
+        comparisons[policy] = {**counts, "mcnemar_p": p,
+                               **({f"task_{k}": v for k, v in task.items()} if task else {}),
+                               "alpha": alpha, "significant": decisive < alpha,
                                "verdict": verdict(policy, base, counts["wins"], counts["ties"],
-                                                  counts["losses"], p, alpha)}
+                                                  counts["losses"], p, alpha, task)}
     sentences = [c["verdict"] for c in comparisons.values()] or [f"only {base} was evaluated: nothing to compare"]
     return {"panel": panel, "base": base, "pairs": len(base_resolved), "policies": policies,
             "comparisons": comparisons, "verdict": "; ".join(sentences)}
@@ -142,8 +147,7 @@ def metrics(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, dict]:
         for policy, row in t["policies"].items():
             m[policy] = {k: v for k, v in row.items() if v is not None}
         for policy, c in t["comparisons"].items():
-            m[f"{policy}_vs_{t['base']}"] = {k: c[k] for k in ("wins", "ties", "losses", "mcnemar_p",
-                                                                "alpha", "significant")}
+            m[f"{policy}_vs_{t['base']}"] = {k: v for k, v in c.items() if k != "verdict"}
         out[panel] = m
     return out
 
@@ -165,26 +169,31 @@ def markdown(tables: Mapping[str, Mapping[str, Any]], confidence: float = 0.95) 
         lines += [f"## Panel `{panel}` ({t['pairs']} task x seed pairs, base: `{t['base']}`)", "",
                   f"**Verdict:** {t['verdict']}.", "",
                   f"| policy | resolved | % | {level} CI (Wilson) | W / T / L vs {t['base']} | McNemar p "
+                  f"| tasks up / same / down | task-level p "
                   f"| mean input tokens (x base) | mean steps (x base) | mean runtime s (x base) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for policy, r in t["policies"].items():
             c = t["comparisons"].get(policy)
             wtl = f"{c['wins']} / {c['ties']} / {c['losses']}" if c else "-"
             p = _p_cell(c["mcnemar_p"]) if c else "-"
+            task = c is not None and "task_p" in c
+            tasks = f"{c['task_up']} / {c['task_same']} / {c['task_down']}" if task else "-"
+            task_p = _p_cell(c["task_p"]) if task else "-"
             lines.append(
                 f"| {policy} | {r['resolved']}/{r['n']} | {100 * r['success_rate']:.1f} "
-                f"| {100 * r['ci_low']:.1f}-{100 * r['ci_high']:.1f} | {wtl} | {p} "
+                f"| {100 * r['ci_low']:.1f}-{100 * r['ci_high']:.1f} | {wtl} | {p} | {tasks} | {task_p} "
                 f"| {_num(r['mean_input_tokens'], '.1f')} ({_num(r['input_tokens_ratio'], '.2f')}) "
                 f"| {_num(r['mean_steps'], '.2f')} ({_num(r['steps_ratio'], '.2f')}) "
                 f"| {_num(r['mean_wall_s'], '.2f')} ({_num(r['wall_s_ratio'], '.2f')}) |")
         lines.append("")
-    lines += ["McNemar p: exact two-sided binomial test on the discordant pairs (wins vs losses, p = 1/2); "
-              "runtime is machine-dependent.", ""]
+    lines += ["McNemar p: exact two-sided binomial test on the discordant pairs (wins vs losses, p = 1/2). "
+              "With several seeds per task the task is the unit of the verdict: task-level p is the exact "
+              "paired sign-flip test of the per-task success-rate differences. Runtime is machine-dependent.", ""]
     return "\n".join(lines)
 
 
 CSV_COLUMNS = ("panel", "policy", "base", "n", "resolved", "success_rate", "ci_low", "ci_high",
-               "wins", "ties", "losses", "mcnemar_p", "significant",
+               "wins", "ties", "losses", "mcnemar_p", "task_up", "task_same", "task_down", "task_p", "significant",
                "mean_input_tokens", "input_tokens_ratio", "mean_output_tokens", "output_tokens_ratio",
                "mean_steps", "steps_ratio", "mean_wall_s", "wall_s_ratio")
 

@@ -224,6 +224,19 @@ def test_scan_edits_are_the_generators_edits_of_the_window_in_source_order():
     assert oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 2), 12) is None  # not on line 1
 
 
+def test_scan_reaches_a_negated_condition_whose_fix_leaves_the_parentheses():
+    # invert_if negates a compound test as `not (...)`; the scan's drop-not leaves `(...)`: the
+    # same program as the clean file, so it is the fix
+    clean = "def f(a, b):\n    if a < b:\n        return a\n    return b\n"
+    buggy = clean.replace("if a < b:", "if not (a < b):")
+    scan = oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
+    assert scan is not None and scan[-1]["new"] == "" and scan[-1]["old"].startswith("not")
+    assert ep_mod.apply_edit(buggy, scan[-1]["old"], "", scan[-1]["line"]) == clean.replace("a < b", "(a < b)")
+    assert oracle.same_program("x = (a < b)\n", "x = a < b\n")
+    assert not oracle.same_program("x = (a or b) and c\n", "x = a or b and c\n")
+    assert not oracle.same_program(None, "x = 1\n") and not oracle.same_program("x = (\n", "x = 1\n")
+
+
 # -- episodes -----------------------------------------------------------------------------
 
 def test_random_tiny_policy_episode_records_aligned_tokens_and_true_logprobs(world, tok, lm, sandbox):

@@ -47,7 +47,7 @@ from forgeline.policy.engine import Engine, Generation
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
-from forgeline.tasks.mutations import candidate_sites, mutated_if_valid
+from forgeline.tasks.mutations import candidate_sites, mutated_if_valid, parse
 
 log = logging.getLogger(__name__)
 STAGE = "agent.oracle"
@@ -294,14 +294,27 @@ def scan_edits(buggy: str, path: str, lines: range, kinds: Sequence[str] = GUESS
         yield {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}
 
 
+def same_program(a: str | None, b: str) -> bool:
+    """Whether source `a` is the program `b` (the same AST): a fix may leave parentheses the bug
+    put in (`not (x < y)` -> `(x < y)` restores `x < y`), and the tests cannot tell."""
+    if a is None:
+        return False
+    if a == b:
+        return True
+    try:
+        return ast.dump(parse(a)) == ast.dump(parse(b))
+    except SyntaxError:
+        return False
+
+
 def scan_to_fix(buggy: str, clean: str, path: str, lines: range, max_guesses: int) -> list[dict[str, Any]] | None:
-    """The scan's edits up to and including the one that restores `clean` (the fix last), or
-    None when no candidate on `lines` is the fix or more than `max_guesses` wrong ones come
-    first."""
+    """The scan's edits up to and including the one that restores `clean`'s program (the fix
+    last), or None when no candidate on `lines` is the fix or more than `max_guesses` wrong ones
+    come first."""
     out: list[dict[str, Any]] = []
     for edit in scan_edits(buggy, path, lines):
         out.append(edit)
-        if apply_edit(buggy, edit["old"], edit["new"], edit["line"]) == clean:
+        if same_program(apply_edit(buggy, edit["old"], edit["new"], edit["line"]), clean):
             return out
         if len(out) > max_guesses:
             return None
@@ -364,8 +377,6 @@ def shown_lines(fn: tuple[str, int, int], max_lines: int) -> range:
 def shown_path(path: str) -> str:
     """How `grep -r ... .` prints a repository-relative path (and how the edits name it)."""
     return "./" + path
-
-
 
 
 def oracle_actions(task: Mapping[str, Any], source: str | Path, max_lines: int = 30,

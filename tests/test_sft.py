@@ -133,10 +133,17 @@ def test_synthetic_scan_is_what_the_real_tools_do(tok, repos):
 
 
 def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos):
-    """The broken call and its answer are what the agent loop really does with such a turn;
-    the broken turn is context only (mask 0), the call after it is trained."""
+    """The broken or failed call and its answer are what the agent loop and the edit tool
+    really do with such a turn; the bad turn is context only (mask 0), the call after it is
+    trained."""
     msgs = sft.synthetic_messages(CLEAN, PATH, _site())
-    for k in range(6):
+    answer = lambda k: next(m for i, m in enumerate(recovered(k)) if i and recovered(k)[i - 1].get("train") is False)
+    recovered = lambda k: sft.with_recovery(msgs, TOOLS, random.Random(k))
+    # seeds whose bad turn is a malformed call, an edit of a miscopied file, an edit of a miscopied old
+    kinds = ("Tool call error", "edit failed: cannot read", "edit failed: no line of")
+    seeds = [next(k for k in range(200) if answer(k)["content"].startswith(kind)) for kind in kinds]
+    answers = []
+    for k in seeds:
         rec_msgs = sft.with_recovery(msgs, TOOLS, random.Random(k))
         bad = [m for m in rec_msgs if m.get("train") is False]
         assert len(bad) == 1 and len(rec_msgs) == len(msgs) + 2
@@ -151,9 +158,12 @@ def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos
                           env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
         assert_same_but_test_counts(rec["messages"], [{k: v for k, v in m.items() if k != "train"} for m in rec_msgs])
         assert rec["outcome"] == "resolved"
+        answers.append(rec_msgs[i + 1]["content"])
         tokens, mask = sft.conversation_tokens(tok, rec_msgs, TOOLS)
         trained = tok.decode([t for t, m in zip(tokens, mask) if m], skip_special_tokens=False)
         assert bad[0]["content"] not in trained and all(t in trained for t in texts if t != bad[0]["content"])
+    # the real agent loop and edit tool answered each as the conversation says (checked above)
+    assert [a[:len(kind)] for a, kind in zip(answers, kinds)] == list(kinds)
 
 
 def test_masked_loss_ignores_non_action_tokens():

@@ -15,8 +15,8 @@ Data (never a pool or panel repository: asserted):
   `episode.truncate`; `edited PATH`). There are no tests to run: a test run's output is
   synthesised in pytest's shape (`suite_output`), failing (and `git checkout .`'s line) after a
   wrong edit, passing after the fix.
-  A `synthetic.recovery` share first shows one turn broken (`with_recovery`; mask 0) and the
-  agent's error answer to it.
+  A `synthetic.recovery` share first shows one turn broken or, for an edit, failed
+  (`with_recovery`; mask 0) and the agent's or the edit tool's error answer to it.
 
 Training: examples cut to `max_seq_len`, shuffled per epoch with a seeded RNG, packed into
 batches of at most `tokens_per_batch` padded tokens, AdamW, linear warm-up then cosine (or
@@ -25,7 +25,7 @@ folder (weights + tokenizer, like `policy-init`) with `loss_curve.json` / `loss_
 atomically (temp folder + rename), then the manifest.
 
 Pure parts (unit-tested): `conversation_tokens`, `example_from_record`, `synthetic_messages`,
-`suite_output`, `broken_call`, `with_recovery`,
+`suite_output`, `broken_call`, `failed_edit`, `with_recovery`,
 `truncate_example`, `make_batches`, `collate`, `masked_lm_loss`, `lr_at`.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
                                     shown_path)
 from forgeline.config import with_defaults
-from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
+from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, render, tool_message
 from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
@@ -212,15 +212,44 @@ def broken_call(text: str, rng: random.Random) -> str:
     return text[:cut] + loop + rng.choice(["", "\"}}\n</tool_call>", "\n</tool_call>"])
 
 
+def failed_edit(arguments: Mapping[str, Any], rng: random.Random, shown: str = "") -> tuple[dict, str] | None:
+    """A well-formed `edit` call as a small policy gets it wrong, and the edit tool's answer
+    (EDIT_SCRIPT's words): `old` written twice over (no line holds it), or the file name with a
+    letter dropped (no file has it). None for an edit without a path or `old`, or where the
+    doubled `old` occurs in `shown` (the conversation so far: it might apply)."""
+    path, old = str(arguments.get("path", "")), str(arguments.get("old", ""))
+    folder, _, name = path.rpartition("/")
+    stem = name.removesuffix(".py")
+    if not old or not stem:
+        return None
+    if rng.random() < 0.5 and len(stem) > 2:
+        cut = rng.randrange(1, len(stem))
+        bad = f"{folder}/{stem[:cut - 1]}{stem[cut:]}.py" if folder else f"{stem[:cut - 1]}{stem[cut:]}.py"
+        return {**arguments, "path": bad}, f"edit failed: cannot read {bad} (FileNotFoundError)"
+    if old * 2 in shown:
+        return None
+    if "line" in arguments:
+        return {**arguments, "old": old * 2}, f"edit failed: no line of {path} holds old exactly once"
+    return {**arguments, "old": old * 2}, f"edit failed: old occurs 0 times in {path}; it must occur exactly once"
+
+
 def with_recovery(messages: list[dict], tools: Sequence[dict], rng: random.Random) -> list[dict]:
-    """`messages` with one assistant turn (not the submit) preceded by a broken version of
-    it (`broken_call`, marked `"train": False`: never a target) and the answer the agent
-    gives to it (`ToolCall.error_message`, or the no-call note): SFT then teaches what to do
-    after a malformed call, which is to write the call again, whole."""
+    """`messages` with one assistant turn (not the submit) preceded by a failed version of it,
+    marked `"train": False` (never a target), and the answer the agent gives to it. An edit
+    turn fails as a well-formed edit half the time (`failed_edit`: `old` or the file name
+    miscopied, the edit tool's error); otherwise the turn is broken (`broken_call`) and the
+    answer is `ToolCall.error_message`, or the no-call note. SFT then teaches what to do after
+    either: write the intended call again, whole and right, never the failed one again."""
     turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and '"submit"' not in m["content"]]
     if not turns:
         return messages
     at = rng.choice(turns)
+    calls = parse_tool_calls(messages[at]["content"], tools)
+    if len(calls) == 1 and calls[0].ok and calls[0].name == "edit" and rng.random() < 0.5:
+        failed = failed_edit(calls[0].arguments, rng, "".join(m["content"] for m in messages[:at]))
+        if failed is not None:
+            bad = format_tool_call("edit", failed[0])
+            return messages[:at] + [{**assistant_message(bad), "train": False}, tool_message(failed[1])] + messages[at:]
     for _ in range(5):
         bad = broken_call(messages[at]["content"], rng)
         calls = parse_tool_calls(bad, tools)

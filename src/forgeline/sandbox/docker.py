@@ -154,8 +154,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def session_containers(client) -> list:
-    """Every container (running or not) that a forgeline sandbox made, on this engine."""
-    return client.containers.list(all=True, filters={"label": LABEL_SESSION})
+    """Every container (running or not) that a forgeline sandbox made, on this engine. One that
+    another process removes while the list is read is left out (the SDK inspects each)."""
+    return client.containers.list(all=True, filters={"label": LABEL_SESSION}, ignore_removed=True)
 
 
 def remove_leftovers(client, everything: bool = False) -> list[str]:

@@ -60,7 +60,7 @@ def task_level_test(base: Mapping[tuple, bool], other: Mapping[tuple, bool]) -> 
 
     Inputs: {(instance_id, seed): resolved} for each policy, the same keys. Per task, d = B's
     success rate over its seeds minus A's. Under the null hypothesis (no difference) each d is as
-    likely as -d, so the two-sided p is the share of the 2**n sign flips whose mean |mean d| is at
+    likely as -d, so the two-sided p is the share of the 2**n sign flips whose |mean d| is at
     least the observed one (exact for n <= EXACT_TASKS, else 100,000 seeded flips). Output:
     {tasks, up (d > 0), same, down, mean_diff, p}. E.g. 9 tasks all up by the same amount ->
     p = 2 / 2**9.

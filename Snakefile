@@ -26,6 +26,10 @@ BASE_SOURCE = config["policy"].get("base", {}).get("source", "sft")
 BASE_POLICY = f"results/policy/{BASE_SOURCE}"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"
+# Scheduler priority of the chain to the adapter (difficulty -> split -> rollouts -> critic -> PPO):
+# with few cores, a job off that chain (the base policy's heldout evaluation) would otherwise
+# take the cores first and delay everything after it.
+CRITICAL_PATH = 10
 
 
 def image_of(wildcards):

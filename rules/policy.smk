@@ -105,6 +105,7 @@ rule difficulty:
         repo="|".join(POOL),
     log:
         "logs/difficulty/{repo}.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=4000,

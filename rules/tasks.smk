@@ -112,6 +112,7 @@ rule split:
         conf=params_of(config, "tasks.split"),
     log:
         "logs/split.log",
+    priority: CRITICAL_PATH
     threads: 1
     resources:
         mem_mb=2000,

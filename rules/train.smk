@@ -16,6 +16,7 @@ rule offline_rollouts:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.rollouts"),
     log:
         "logs/offline_rollouts.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=4000,
@@ -37,6 +38,7 @@ rule critic:
         conf=params_of(config, "seed", "agent.reward", "agent.context_limit", "train.critic"),
     log:
         "logs/critic.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=6000,
@@ -60,6 +62,7 @@ rule ppo:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.ppo"),
     log:
         "logs/ppo.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=8000,

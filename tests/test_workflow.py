@@ -166,3 +166,13 @@ def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
     again = tp.run(project, "dvc", "repro").stdout
     assert "didn't change, skipping" in again or "up to date" in again
     assert "changed" not in tp.run(project, "dvc", "status").stdout.replace("didn't change", "")
+
+
+def test_the_chain_to_the_adapter_runs_before_the_evaluations(built):
+    """With every core taken, the jobs on the way to the adapter (priority CRITICAL_PATH) run
+    before the evaluations that are ready earlier (the base policy's panels)."""
+    log = sorted((built / ".snakemake" / "log").glob("*.snakemake.log"))[0].read_text()
+    order = re.findall(r"^(?:local)?rule (\w+):", log, flags=re.M)
+    chain = {"difficulty", "split", "offline_rollouts", "critic", "ppo"}
+    assert chain <= set(order) and "evaluate" in order, order
+    assert max(i for i, r in enumerate(order) if r in chain) < order.index("evaluate"), order

@@ -140,12 +140,18 @@ def test_task_level_test_takes_the_task_as_the_unit():
     assert st.task_level_test({("a", 1): True, ("b", 1): False}, {("a", 1): False, ("b", 1): True}) is None
 
 
-def test_verdict_with_a_task_level_test_says_what_decides():
+def test_verdict_with_a_task_level_test_answers_both_questions():
     task = {"tasks": 9, "up": 9, "same": 0, "down": 0, "mean_diff": 1.0, "p": 2 / 2 ** 9}
     assert st.verdict("ppo", "base", 18, 0, 0, st.mcnemar_exact_p(18, 0), 0.05, task) == (
-        "ppo vs base: ppo better, task-level p=0.004 over 9 tasks "
-        "(9 up, 0 same, 0 down; pairs: 18 wins, 0 ties, 0 losses, McNemar p<0.001)")
-    # significant pairs, but too few tasks: the task-level p decides
+        "ppo vs base on these 9 tasks (McNemar over 18 pairs): ppo better, p<0.001 (18 wins, 0 ties, 0 losses); "
+        "over tasks as a sample (task-level sign flip): ppo better, p=0.004 (9 up, 0 same, 0 down)")
+    # significant on these tasks, but too few tasks to say anything about tasks as a sample
     few = {"tasks": 3, "up": 3, "same": 0, "down": 0, "mean_diff": 1.0, "p": 0.25}
-    assert st.verdict("ppo", "base", 24, 0, 0, st.mcnemar_exact_p(24, 0), 0.05, few).startswith(
-        "ppo vs base: no significant difference (task-level p=0.25 over 3 tasks")
+    assert st.verdict("ppo", "base", 24, 0, 0, st.mcnemar_exact_p(24, 0), 0.05, few) == (
+        "ppo vs base on these 3 tasks (McNemar over 24 pairs): ppo better, p<0.001 (24 wins, 0 ties, 0 losses); "
+        "over tasks as a sample (task-level sign flip): no significant difference (p=0.25; 3 up, 0 same, 0 down)")
+    # worse on the pairs, level over tasks
+    level = {"tasks": 4, "up": 1, "same": 2, "down": 1, "mean_diff": 0.0, "p": 1.0}
+    assert st.verdict("ppo", "base", 0, 20, 12, st.mcnemar_exact_p(0, 12), 0.05, level).startswith(
+        "ppo vs base on these 4 tasks (McNemar over 32 pairs): ppo worse, p<0.001 (0 wins, 20 ties, 12 losses); "
+        "over tasks as a sample (task-level sign flip): no significant difference (p=1.00;")

@@ -240,18 +240,21 @@ def test_panel_table_known_counts():
         tb.group_results({"a.jsonl": rows_for("base", "x", [1]) * 2})
 
 
-def test_panel_with_several_seeds_is_judged_per_task():
-    # 3 tasks x 8 seeds: the adapter resolves every pair, the base none. 24 discordant pairs
-    # (McNemar p ~ 1e-7), yet 3 tasks carry at most 2/2**3 = 0.25: no significant difference.
+def test_panel_with_several_seeds_is_judged_on_its_tasks_and_over_tasks():
+    # 3 tasks x 8 seeds: the adapter resolves every pair, the base none. On these tasks, 24
+    # discordant pairs (McNemar p ~ 1e-7) are significant; as a sample of tasks, 3 tasks carry at
+    # most 2/2**3 = 0.25: no significant difference.
     def rows(policy, resolved):
         return [{**r, "seed": s, "instance_id": f"t{i}"} for i in range(3) for s in range(8)
                 for r in rows_for(policy, "train", [resolved])]
     grouped, sources = tb.group_results({"a.jsonl": rows("base", 0), "b.jsonl": rows("ppo", 1)})
     t = tb.paired_tables(grouped, "base", sources)["train"]
     c = t["comparisons"]["ppo"]
-    assert (c["wins"], c["losses"], c["task_up"], c["task_p"], c["significant"]) == (24, 0, 3, 0.25, False)
-    assert c["mcnemar_p"] < 1e-6
-    assert t["verdict"].startswith("ppo vs base: no significant difference (task-level p=0.25 over 3 tasks")
+    assert (c["wins"], c["losses"], c["task_up"], c["task_p"]) == (24, 0, 3, 0.25)
+    assert c["mcnemar_p"] < 1e-6 and c["significant"] is True and c["task_significant"] is False
+    assert t["verdict"].startswith("ppo vs base on these 3 tasks (McNemar over 24 pairs): ppo better, p<0.001")
+    assert t["verdict"].endswith("over tasks as a sample (task-level sign flip): no significant difference "
+                                 "(p=0.25; 3 up, 0 same, 0 down)")
     md = tb.markdown({"train": t})
     assert "| 24 / 0 / 0 | 1.2e-07 | 3 / 0 / 0 | 0.2500 |" in md
     assert tb.metrics({"train": t})["train"]["ppo_vs_base"]["task_p"] == 0.25

@@ -224,8 +224,9 @@ def test_result_statements_say_better_when_significant():
     lines = rp.result_statements(metrics)["wide"]
     assert lines[-1] == "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)"
     assert lines[0].startswith("base resolved 5/15 (33.3%")
-    # several seeds per task: the task-level test of metrics.json decides the sentence
+    # several seeds per task: the sentence answers on these tasks and over tasks as a sample
     metrics["wide"]["ppo_vs_base"].update(task_tasks=3, task_up=3, task_same=0, task_down=0,
-                                          task_mean_diff=0.67, task_p=0.25, significant=False)
-    assert rp.result_statements(metrics)["wide"][-1].startswith(
-        "ppo vs base: no significant difference (task-level p=0.25 over 3 tasks; 3 up")
+                                          task_mean_diff=0.67, task_p=0.25, task_significant=False)
+    assert rp.result_statements(metrics)["wide"][-1] == (
+        "ppo vs base on these 3 tasks (McNemar over 15 pairs): ppo better, p=0.002 (10 wins, 5 ties, 0 losses); "
+        "over tasks as a sample (task-level sign flip): no significant difference (p=0.25; 3 up, 0 same, 0 down)")

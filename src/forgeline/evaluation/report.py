@@ -206,7 +206,8 @@ def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, lis
         for name, c in m.items():
             if "_vs_" in name:
                 other, base = name.split("_vs_", 1)
-                task = {k[len("task_"):]: v for k, v in c.items() if k.startswith("task_")} or None
+                task = {k[len("task_"):]: v for k, v in c.items()
+                        if k.startswith("task_") and k != "task_significant"} or None
                 lines.append(verdict(other, base, c["wins"], c["ties"], c["losses"], c["mcnemar_p"],
                                      c.get("alpha", 0.05), task))
         out[panel] = lines
@@ -543,13 +544,15 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
                                          "mean_input_tokens", "input_tokens_ratio", "mean_steps", "steps_ratio",
                                          "mean_wall_s", "wall_s_ratio"))
                       + (html_table(cmp_, ("comparison", "wins", "ties", "losses", "mcnemar_p", "task_up",
-                                           "task_same", "task_down", "task_p", "significant"))
+                                           "task_same", "task_down", "task_p", "significant", "task_significant"))
                          if cmp_ else ""))
         tbody += figure("success", plot_success(metrics), success_rows(metrics),
                         ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high"))
-        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs. With several seeds "
-                  "per task, the verdict's unit is the task: task_p is the exact paired sign-flip test of the "
-                  "per-task success-rate differences. Runtime (wall_s) is machine-dependent.</p>")
+        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs; `significant` "
+                  "answers the question on this panel's tasks. With several seeds per task, task_p asks "
+                  "whether the difference carries over to tasks as a sample (the exact paired sign-flip test "
+                  "of the per-task success-rate differences; `task_significant`). Runtime (wall_s) is "
+                  "machine-dependent.</p>")
         if args.tables_md:
             tbody += (f"<details><summary>tables.md</summary><pre>{esc(Path(args.tables_md).read_text(encoding='utf-8'))}"
                       f"</pre></details>")

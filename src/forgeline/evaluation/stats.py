@@ -7,9 +7,16 @@ Under the null hypothesis (no difference) each discordant pair is a win with pro
 so the exact McNemar test is the two-sided binomial test of `wins` successes in
 `wins + losses` trials at p = 1/2 (scipy.stats.binomtest). Ties say nothing about the difference.
 
-With several seeds per task the pairs of one task are not independent and McNemar's p is
-optimistic. `task_level_test` then takes the task as the unit: each task's success rate under B
-minus under A, and the exact paired permutation (sign-flip) test of their mean over tasks.
+With several seeds per task the two tests answer two questions:
+- on THESE tasks (e.g. PPO's own train pool: did training raise success on them?), the pairs are
+  the samples. Given the tasks, episodes with different seeds are independent draws, and under
+  "B and A resolve each task equally often" a discordant pair is a win or a loss with
+  probability 1/2, independently: the exact McNemar test is valid over every (task, seed) pair;
+- over tasks as a sample of a population (would it carry over to other tasks like these?), the
+  pairs of one task are not independent and McNemar's p is optimistic. `task_level_test` takes the
+  task as the unit: each task's success rate under B minus under A, and the exact paired
+  permutation (sign-flip) test of their mean over tasks.
+The verdict states both; neither is hidden behind the other.
 """
 from __future__ import annotations
 
@@ -139,29 +146,34 @@ def _p_text(p: float) -> str:
     return f"p{ps}" if ps.startswith("<") else f"p={ps}"
 
 
+def _clause(other: str, p: float, alpha: float, up: float, counts: str) -> str:
+    """"ppo better, p=0.002 (counts)" / "no significant difference (p=0.25; counts)"; `up` > 0
+    means B ahead, < 0 behind, 0 level."""
+    if p >= alpha or up == 0:
+        return f"no significant difference ({_p_text(p)}; {counts})"
+    return f"{other} {'better' if up > 0 else 'worse'}, {_p_text(p)} ({counts})"
+
+
 def verdict(other: str, base: str, wins: int, ties: int, losses: int, p: float,
             alpha: float = 0.05, task: Mapping[str, float | int] | None = None) -> str:
     """One plain-language sentence for B (`other`) against A (`base`).
 
     "ppo vs base: no significant difference (p=1.00; 3 wins, 32 ties, 3 losses)" when p >= alpha,
     else "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)" (or "worse"). With
-    `task` (task_level_test's result: several seeds per task) the task-level p decides and
-    leads, the pairs and McNemar's p follow: "ppo vs base: ppo better, task-level p=0.004 over
-    9 tasks (7 up, 2 same, 0 down; pairs: 20 wins, 50 ties, 2 losses, McNemar p<0.001)".
+    `task` (task_level_test's result: several seeds per task) it answers both questions, on these
+    tasks (McNemar over the pairs) and over tasks as a sample (the task-level test): "ppo vs base
+    on these 3 tasks (McNemar over 24 pairs): ppo better, p<0.001 (24 wins, 0 ties, 0 losses);
+    over tasks as a sample (task-level sign flip): no significant difference (p=0.25; 3 up,
+    0 same, 0 down)".
     """
     counts = f"{wins} win{'s' * (wins != 1)}, {ties} tie{'s' * (ties != 1)}, {losses} loss{'es' * (losses != 1)}"
-    if task is not None:
-        detail = (f"{task['up']} up, {task['same']} same, {task['down']} down; "
-                  f"pairs: {counts}, McNemar {_p_text(p)}")
-        lead = f"task-level {_p_text(float(task['p']))} over {task['tasks']} tasks"
-        if float(task["p"]) >= alpha or float(task["mean_diff"]) == 0:
-            return f"{other} vs {base}: no significant difference ({lead}; {detail})"
-        direction = "better" if float(task["mean_diff"]) > 0 else "worse"
-        return f"{other} vs {base}: {other} {direction}, {lead} ({detail})"
-    if p >= alpha or wins == losses:
-        return f"{other} vs {base}: no significant difference ({_p_text(p)}; {counts})"
-    direction = "better" if wins > losses else "worse"
-    return f"{other} vs {base}: {other} {direction}, {_p_text(p)} ({counts})"
+    pairs = _clause(other, p, alpha, wins - losses, counts)
+    if task is None:
+        return f"{other} vs {base}: {pairs}"
+    over = _clause(other, float(task["p"]), alpha, float(task["mean_diff"]),
+                   f"{task['up']} up, {task['same']} same, {task['down']} down")
+    return (f"{other} vs {base} on these {task['tasks']} tasks (McNemar over {wins + ties + losses} pairs): "
+            f"{pairs}; over tasks as a sample (task-level sign flip): {over}")
 
 
 def success_summary(resolved: Sequence[bool], confidence: float = 0.95) -> dict[str, float | int]:

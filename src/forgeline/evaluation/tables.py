@@ -115,10 +115,12 @@ def panel_table(panel: str, by_policy: Mapping[str, Mapping[tuple, Mapping[str, 
         counts = paired_outcomes(base_resolved, other)
         p = mcnemar_exact_p(counts["wins"], counts["losses"])
         task = task_level_test(base_resolved, other)
-        decisive = p if task is None else task["p"]  # several seeds per task: the task is the unit
         comparisons[policy] = {**counts, "mcnemar_p": p,
                                **({f"task_{k}": v for k, v in task.items()} if task else {}),
-                               "alpha": alpha, "significant": decisive < alpha,
+                               # significant: on this panel's tasks (the pairs); task_significant:
+                               # over tasks as a sample (several seeds per task only)
+                               "alpha": alpha, "significant": p < alpha and counts["wins"] != counts["losses"],
+                               **({"task_significant": task["p"] < alpha and task["mean_diff"] != 0} if task else {}),
                                "verdict": verdict(policy, base, counts["wins"], counts["ties"],
                                                   counts["losses"], p, alpha, task)}
     sentences = [c["verdict"] for c in comparisons.values()] or [f"only {base} was evaluated: nothing to compare"]
@@ -187,13 +189,15 @@ def markdown(tables: Mapping[str, Mapping[str, Any]], confidence: float = 0.95) 
                 f"| {_num(r['mean_wall_s'], '.2f')} ({_num(r['wall_s_ratio'], '.2f')}) |")
         lines.append("")
     lines += ["McNemar p: exact two-sided binomial test on the discordant pairs (wins vs losses, p = 1/2). "
-              "With several seeds per task the task is the unit of the verdict: task-level p is the exact "
+              "It answers the question on this panel's tasks (the seeds are the samples). With several seeds "
+              "per task, task-level p asks whether the difference carries over to tasks as a sample: the exact "
               "paired sign-flip test of the per-task success-rate differences. Runtime is machine-dependent.", ""]
     return "\n".join(lines)
 
 
 CSV_COLUMNS = ("panel", "policy", "base", "n", "resolved", "success_rate", "ci_low", "ci_high",
                "wins", "ties", "losses", "mcnemar_p", "task_up", "task_same", "task_down", "task_p", "significant",
+               "task_significant",
                "mean_input_tokens", "input_tokens_ratio", "mean_output_tokens", "output_tokens_ratio",
                "mean_steps", "steps_ratio", "mean_wall_s", "wall_s_ratio")
 

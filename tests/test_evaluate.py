@@ -169,7 +169,7 @@ def test_tables_from_two_results_files(world, evaluated):
     assert m["panel"]["base"]["input_tokens_ratio"] == 1.0
     md = (out / "tables.md").read_text()
     assert "**Verdict:** ppo vs base: no significant difference (p=1.00; 0 wins, 3 ties, 0 losses)." in md
-    assert "| base | 0/3 | 0.0 |" in md
+    assert "| base | 0/3 | 0.0 |" in md and "Per task" not in md  # one seed per task: the rows are the tasks
     csv_lines = (out / "tables.csv").read_text().splitlines()
     assert csv_lines[0].startswith("panel,policy,base,n,resolved") and len(csv_lines) == 3
     full = json.loads((out / "tables.json").read_text())
@@ -257,4 +257,8 @@ def test_panel_with_several_seeds_is_judged_on_its_tasks_and_over_tasks():
                                  "(p=0.25; 3 up, 0 same, 0 down)")
     md = tb.markdown({"train": t})
     assert "| 24 / 0 / 0 | 1.2e-07 | 3 / 0 / 0 | 0.2500 |" in md
+    # where the wins come from: every task, 8 of 8 seeds
+    assert [(r["instance_id"], r["seeds"], r["base"], r["ppo"]) for r in t["per_task"]] == \
+        [("t0", 8, 0, 8), ("t1", 8, 0, 8), ("t2", 8, 0, 8)]
+    assert "Per task (resolved of 8 seeds):" in md and "| t1 | 0/8 | 8/8 |" in md
     assert tb.metrics({"train": t})["train"]["ppo_vs_base"]["task_p"] == 0.25

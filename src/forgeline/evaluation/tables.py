@@ -4,7 +4,7 @@ Input: per-task results files of `evaluate` (any number of policies x panels; ea
 its policy and panel). Per panel, per policy: successes k/n and %, the Wilson interval, mean
 input tokens, mean steps, mean runtime and their ratios to the base policy; per policy other
 than the base: wins / ties / losses against the base, the exact McNemar p and a plain-language
-verdict. Two policies of a panel must have been evaluated on the same (instance_id, seed) pairs
+verdict; with several seeds per task, each task's successes per policy. Two policies of a panel must have been evaluated on the same (instance_id, seed) pairs
 under the same agent config, else the stage stops and names the files.
 
 Outputs (in --out-dir): tables.md (with the verdicts), tables.csv (one row per panel x policy),
@@ -125,7 +125,22 @@ def panel_table(panel: str, by_policy: Mapping[str, Mapping[tuple, Mapping[str, 
                                                   counts["losses"], p, alpha, task)}
     sentences = [c["verdict"] for c in comparisons.values()] or [f"only {base} was evaluated: nothing to compare"]
     return {"panel": panel, "base": base, "pairs": len(base_resolved), "policies": policies,
-            "comparisons": comparisons, "verdict": "; ".join(sentences)}
+            "comparisons": comparisons, "verdict": "; ".join(sentences),
+            "per_task": per_task(by_policy, order)}
+
+
+def per_task(by_policy: Mapping[str, Mapping[tuple, Mapping[str, Any]]], order: Sequence[str]) -> list[dict]:
+    """Each task's successes per policy, sorted by instance_id: [{instance_id, repo, seeds,
+    <policy>: resolved count}]. With several seeds per task it shows where a difference comes
+    from (one task carrying every win, or a spread)."""
+    tasks: dict[str, dict] = {}
+    for policy in order:
+        for (instance_id, _seed), r in by_policy[policy].items():
+            row = tasks.setdefault(instance_id, {"instance_id": instance_id, "repo": r.get("repo"), "seeds": 0,
+                                                 **{p: 0 for p in order}})
+            row[policy] += bool(r["resolved"])
+            row["seeds"] += policy == order[0]
+    return [tasks[t] for t in sorted(tasks)]
 
 
 def paired_tables(grouped: Mapping[str, Mapping[str, Mapping[tuple, Mapping[str, Any]]]], base: str,
@@ -188,6 +203,13 @@ def markdown(tables: Mapping[str, Mapping[str, Any]], confidence: float = 0.95) 
                 f"| {_num(r['mean_steps'], '.2f')} ({_num(r['steps_ratio'], '.2f')}) "
                 f"| {_num(r['mean_wall_s'], '.2f')} ({_num(r['wall_s_ratio'], '.2f')}) |")
         lines.append("")
+        if any(row["seeds"] > 1 for row in t["per_task"]):
+            names = list(t["policies"])
+            lines += [f"Per task (resolved of {t['per_task'][0]['seeds']} seeds):", "",
+                      "| task | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+            lines += [f"| {row['instance_id']} | " + " | ".join(f"{row[n]}/{row['seeds']}" for n in names) + " |"
+                      for row in t["per_task"]]
+            lines.append("")
     lines += ["McNemar p: exact two-sided binomial test on the discordant pairs (wins vs losses, p = 1/2). "
               "It answers the question on this panel's tasks (the seeds are the samples). With several seeds "
               "per task, task-level p asks whether the difference carries over to tasks as a sample: the exact "

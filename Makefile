@@ -61,3 +61,16 @@ services:
 
 clean:
 	rm -rf results logs .snakemake
+
+# `make bench-trl`: the venv of the TRL side of bench/ppo_throughput.py (bench/trl_ppo_step.py).
+# TRL's PPOTrainer.step() on an externally generated batch ended with trl 0.11, which needs
+# transformers 4.x (4.51 is the first with Qwen3); forgeline pins 5.x, hence a venv of its own.
+# rich: trl 0.11.4 imports it without declaring it.
+TRL_VENV := bench/.venv-trl
+TRL_PINS := transformers==4.51.3 trl==0.11.4 peft==0.15.2 accelerate==1.6.0 datasets==5.0.1 tyro==1.0.17 rich==15.0.0
+.PHONY: bench-trl
+bench-trl:
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q --upgrade pip
+	$(TRL_VENV)/bin/pip install -q $(PIP_FIND) '$(TORCH)'
+	$(TRL_VENV)/bin/pip install -q $(TRL_PINS)

@@ -146,10 +146,15 @@ def _p_text(p: float) -> str:
     return f"p{ps}" if ps.startswith("<") else f"p={ps}"
 
 
+def significant(p: float, alpha: float, up: float) -> bool:
+    """p below alpha and a direction: `up` > 0 means B ahead, < 0 behind, 0 level (never
+    significant, whatever p)."""
+    return p < alpha and up != 0
+
+
 def _clause(other: str, p: float, alpha: float, up: float, counts: str) -> str:
-    """"ppo better, p=0.002 (counts)" / "no significant difference (p=0.25; counts)"; `up` > 0
-    means B ahead, < 0 behind, 0 level."""
-    if p >= alpha or up == 0:
+    """"ppo better, p=0.002 (counts)" / "no significant difference (p=0.25; counts)"."""
+    if not significant(p, alpha, up):
         return f"no significant difference ({_p_text(p)}; {counts})"
     return f"{other} {'better' if up > 0 else 'worse'}, {_p_text(p)} ({counts})"
 

@@ -4,8 +4,9 @@ Input: per-task results files of `evaluate` (any number of policies x panels; ea
 its policy and panel). Per panel, per policy: successes k/n and %, the Wilson interval, mean
 input tokens, mean steps, mean runtime and their ratios to the base policy; per policy other
 than the base: wins / ties / losses against the base, the exact McNemar p and a plain-language
-verdict; with several seeds per task, each task's successes per policy. Two policies of a panel must have been evaluated on the same (instance_id, seed) pairs
-under the same agent config, else the stage stops and names the files.
+verdict; with several seeds per task, each task's successes per policy. Two policies of a panel
+must have been evaluated on the same (instance_id, seed) pairs under the same agent config, else
+the stage stops and names the files.
 
 Outputs (in --out-dir): tables.md (with the verdicts), tables.csv (one row per panel x policy),
 tables.json (everything, verdicts included), metrics.json (numbers only, for `dvc metrics`:
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from forgeline.evaluation import evaluation_config
-from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio,
+from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio, significant,
                                         success_summary, task_level_test, verdict)
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_text
 
@@ -119,8 +120,9 @@ def panel_table(panel: str, by_policy: Mapping[str, Mapping[tuple, Mapping[str, 
                                **({f"task_{k}": v for k, v in task.items()} if task else {}),
                                # significant: on this panel's tasks (the pairs); task_significant:
                                # over tasks as a sample (several seeds per task only)
-                               "alpha": alpha, "significant": p < alpha and counts["wins"] != counts["losses"],
-                               **({"task_significant": task["p"] < alpha and task["mean_diff"] != 0} if task else {}),
+                               "alpha": alpha, "significant": significant(p, alpha, counts["wins"] - counts["losses"]),
+                               **({"task_significant": significant(task["p"], alpha, task["mean_diff"])}
+                                  if task else {}),
                                "verdict": verdict(policy, base, counts["wins"], counts["ties"],
                                                   counts["losses"], p, alpha, task)}
     sentences = [c["verdict"] for c in comparisons.values()] or [f"only {base} was evaluated: nothing to compare"]

@@ -3,6 +3,7 @@ verifier that nothing but the package's source can sway. Pure diff-filter tests 
 from __future__ import annotations
 
 import subprocess
+import shlex
 import sys
 import textwrap
 import time
@@ -319,4 +320,5 @@ def test_verifier_cannot_be_swayed(sandbox, env):
 
 def test_pytest_command_is_shared():
     # the docker backend runs exactly the process backend's command line (with the image's python3)
-    assert pytest_shell(None).startswith("python3 -m pytest -v -rA")
+    argv = shlex.split(pytest_shell(None, "/tmp/r.jsonl"))
+    assert argv[:2] == ["python3", "-c"] and argv[3:6] == ["/tmp/r.jsonl", "-v", "-rA"]

@@ -113,7 +113,14 @@ def test_classify_run():
     clean = {"t::a": "PASSED", "t::b": "PASSED", "t::c": "FAILED", "t::d": "SKIPPED"}
     v = generate.classify_run(clean, {"t::a": "FAILED", "t::b": "PASSED", "t::c": "PASSED"}, False)
     assert (v.fail_to_pass, v.pass_to_pass, v.discard) == (("t::a",), ("t::b",), None)
-    assert generate.classify_run(clean, {"t::a": "ERROR", "t::b": "PASSED"}, False).fail_to_pass == ("t::a",)
+    # SWE-smith's rule: an ERROR with the bug is in neither list
+    errored = generate.classify_run(clean, {"t::a": "ERROR", "t::b": "FAILED"}, False)
+    assert (errored.fail_to_pass, errored.pass_to_pass) == (("t::b",), ())
+    assert generate.classify_run(clean, {"t::a": "ERROR", "t::b": "PASSED"}, False).discard == "no_failing_test"
+    # ids the reference graders' log parsers cannot name never enter the lists
+    spaced = {"t::a[x y]": "PASSED", "t::b[1 - 2]": "PASSED", "t::c": "PASSED"}
+    v = generate.classify_run(spaced, {"t::a[x y]": "FAILED", "t::b[1 - 2]": "PASSED", "t::c": "FAILED"}, False)
+    assert (v.fail_to_pass, v.pass_to_pass) == (("t::c",), ())
     assert generate.classify_run(clean, {"t::a": "PASSED", "t::b": "PASSED"}, False).discard == "no_failing_test"
     assert generate.classify_run(clean, {"t::a": "FAILED"}, True).discard == "timeout"
     assert generate.classify_run(clean, {"t::a": "ERROR", "t::b": "ERROR"}, False).discard == "collection_error"
@@ -136,13 +143,16 @@ def test_instance_from_a_real_run(repos_root, sandbox):
     assert sorted(clean.statuses) == ALL_TESTS and set(clean.statuses.values()) == {"PASSED"}
 
     site = _site("op_swap", "/->*")
-    outcome = generate._try_site(sandbox, env, {"tinycalc/core.py": CORE}, site, clean.statuses, 60, seed=5)
+    outcome = generate._try_site(sandbox, snap, {"tinycalc/core.py": CORE}, site, clean.statuses, 60, seed=5)
     inst = normalize_instance(outcome.instance)
     assert outcome.discard is None
     assert inst["FAIL_TO_PASS"] == ["tests/test_core.py::test_mean"]
     assert inst["PASS_TO_PASS"] == [t for t in ALL_TESTS if t != "tests/test_core.py::test_mean"]
-    assert inst["instance_id"].startswith(f"tinycalc.{snap.commit[:8]}.func_pm_op_swap__")
-    assert (inst["repo"], inst["base_commit"], inst["image_name"]) == ("tinycalc", snap.commit, snap.image)
+    # SWE-smith's names; base_commit is the git commit of the snapshot in its image
+    assert inst["instance_id"].startswith(f"forgeline__tinycalc.{snap.commit[:8]}.func_pm_op_swap__")
+    assert (inst["repo"], inst["base_commit"], inst["image_name"]) == (
+        f"swesmith/forgeline__tinycalc.{snap.commit[:8]}", snap.commit,
+        f"forgeline/swesmith.x86_64.forgeline_1776_tinycalc.{snap.commit[:8]}")
     assert inst["mutation"] == {"file": "tinycalc/core.py", "line": 20, "function": "mean", "kind": "op_swap"}
     assert inst["bug_type"] == "func_pm_op_swap" and inst["created_at"] == generate.CREATED_AT
 
@@ -168,7 +178,7 @@ def test_mutation_that_breaks_nothing_is_discarded(repos_root, sandbox):
     clean = {t: "PASSED" for t in ALL_TESTS}
     # `value < low` -> `value <= low`: no test sits on the boundary
     site = _site("cmp_boundary", "<-><=")
-    outcome = generate._try_site(sandbox, snap.env(), {"tinycalc/core.py": CORE}, site, clean, 60, seed=5)
+    outcome = generate._try_site(sandbox, snap, {"tinycalc/core.py": CORE}, site, clean, 60, seed=5)
     assert outcome.instance is None and outcome.discard == "no_failing_test"
 
 

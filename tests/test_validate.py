@@ -15,7 +15,7 @@ from forgeline.config import ConfigError
 from forgeline.provenance import read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.tasks import validate as V
-from forgeline.tasks.repos import RepoSnapshot, image_name
+from forgeline.tasks.repos import RepoSnapshot, image_name, swesmith_repo
 from forgeline.tasks.schema import instance_id
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -73,6 +73,32 @@ def test_sometimes():
     assert seen % 2 == 0
 '''
 
+# Passes in the whole suite, fails alone: the gold runs (whole suite) pass it, the verifier's run
+# (only the listed tests) does not.
+TEST_STATE = '''\
+STATE = []
+
+
+def test_a_sets_state():
+    STATE.append(1)
+
+
+def test_b_needs_state():
+    assert STATE
+'''
+
+# Ids the SWE-bench/SWE-smith log parsers cut at the first space.
+TEST_RANGE = '''\
+import pytest
+
+
+@pytest.mark.parametrize("spec", ["1.2.3 - 2.0.0", "a b", "plain"])
+def test_range(spec):
+    assert spec
+'''
+NEEDS_STATE = "tests/test_state.py::test_b_needs_state"
+SPACED = "tests/test_range.py::test_range[1.2.3 - 2.0.0]"
+
 ADD, SUB, SCALE, BROKEN = (f"tests/test_ops.py::test_{n}" for n in ("add", "sub", "scale", "broken"))
 FLAKY = "tests/test_flaky.py::test_sometimes"
 
@@ -85,6 +111,8 @@ def make_repo(root: Path) -> Path:
     (repo / "tiny" / "ops.py").write_text(OPS)
     (repo / "tests" / "test_ops.py").write_text(TEST_OPS)
     (repo / "tests" / "test_flaky.py").write_text(TEST_FLAKY.format(counter=str(root / "flaky.count")))
+    (repo / "tests" / "test_state.py").write_text(TEST_STATE)
+    (repo / "tests" / "test_range.py").write_text(TEST_RANGE)
     return repo
 
 
@@ -101,11 +129,11 @@ def make_instance(repo: Path, label: str, patch: str, f2p, p2p, statement: str,
     snap_commit = RepoSnapshot.load(repo.parent, repo.name).commit
     commit = commit or snap_commit
     return {
-        "instance_id": instance_id("tiny", commit, "func_pm_op_swap",
+        "instance_id": instance_id(f"forgeline__tiny.{commit[:8]}", "func_pm_op_swap",
                                    hashlib.sha256(label.encode()).hexdigest()),
-        "repo": "tiny", "base_commit": commit, "patch": patch, "FAIL_TO_PASS": f2p,
-        "PASS_TO_PASS": p2p, "problem_statement": statement,
-        "image_name": image_name("tiny", commit), "label": label,
+        "repo": swesmith_repo("forgeline", "tiny", commit), "base_commit": commit, "patch": patch,
+        "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "problem_statement": statement,
+        "image_name": image_name("forgeline", "tiny", commit), "label": label,
     }
 
 
@@ -130,9 +158,14 @@ def instances(repo: Path) -> dict[str, dict]:
         ("overlap", bug, [ADD], [ADD, SUB], GOOD_STATEMENT, None),
         ("leak", bug, [ADD], [SUB], "add() is off: it does `return a - b` now.", None),
         ("unaligned", bug, [ADD], [SUB], "The library misbehaves on some inputs.", None),
+        ("suite_order", bug, [ADD], [SUB, NEEDS_STATE], GOOD_STATEMENT, None),
+        ("spaced_id", bug, [ADD], [SUB, SPACED], GOOD_STATEMENT, None),
+        ("upstream", bug, [ADD], [SUB], GOOD_STATEMENT, None),
     ]
-    return {label: make_instance(repo, label, patch, f2p, p2p, st, commit)
-            for label, patch, f2p, p2p, st, commit in cases}
+    out = {label: make_instance(repo, label, patch, f2p, p2p, st, commit)
+           for label, patch, f2p, p2p, st, commit in cases}
+    del out["upstream"]["base_commit"]  # SWE-smith's records name the commit in repo and id only
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +187,10 @@ def batch(tmp_path_factory):
 
 def test_good_instance_passes_every_check(batch):
     res, insts, _, _ = batch
-    assert [v["label"] for v in res.validated] == ["good"]
-    v = res.validated[0]
+    assert sorted(v["label"] for v in res.validated) == ["good", "upstream"]
+    v = next(v for v in res.validated if v["label"] == "good")
     assert v["validation"] == {"checks": ["structure", "patch_applies", "flaky", "nop", "oracle",
-                                          "alignment"],
+                                          "verifier", "alignment"],
                                "gold_runs": 2, "sandbox": "process", "nop": {"FAILED": 1},
                                "alignment": {"identifiers": ["add"]}}
     assert {k: v[k] for k in insts["good"]} == insts["good"]  # fields unchanged
@@ -172,6 +205,8 @@ def test_good_instance_passes_every_check(batch):
     ("unknown_test", "structure", "not in the clean suite"),
     ("overlap", "structure", "both FAIL_TO_PASS and PASS_TO_PASS"),
     ("leak", "alignment", "'return a - b'"),
+    ("suite_order", "verifier", f"{NEEDS_STATE} do not pass"),
+    ("spaced_id", "structure", SPACED),
     ("unaligned", "alignment", "names none of the identifiers"),
 ])
 def test_rejected_at_the_right_check(batch, label, check, needle):
@@ -200,14 +235,14 @@ def test_report_counts_every_check(batch):
     res, insts, _, snap = batch
     rep = res.report
     assert rep["input"] == len(insts) and rep["skipped_other_repos"] == 1
-    assert rep["validated"] == 1
-    assert rep["rejected"] == {"structure": 4, "patch_applies": 1, "flaky": 1, "nop": 1,
-                               "oracle": 1, "alignment": 2}
+    assert rep["validated"] == 2
+    assert rep["rejected"] == {"structure": 5, "patch_applies": 1, "flaky": 1, "nop": 1,
+                               "oracle": 1, "verifier": 1, "alignment": 2}
     assert rep["flaky_tests"] == [FLAKY] and rep["gold_runs"] == 2
-    assert rep["clean_suite"] == {"tests": 5, "stable": {"FAILED": 1, "PASSED": 3}, "flaky": 1}
+    assert rep["clean_suite"] == {"tests": 10, "stable": {"FAILED": 1, "PASSED": 8}, "flaky": 1}
     assert rep["commit"] == snap.commit
     assert [r["instance_id"] for r in res.rejections] == sorted(r["instance_id"] for r in res.rejections)
-    assert res.notes["nop_runs"] == 6 and len(res.notes["gold_run_durations_s"]) == 2
+    assert res.notes["nop_runs"] == 8 and len(res.notes["gold_run_durations_s"]) == 2
 
 
 # -- pure parts ------------------------------------------------------------------------------
@@ -275,9 +310,10 @@ def test_verdict_helpers():
     assert V.check_nop({"t": "ERROR"}, ["t"]) is None
     assert "(not run)" in V.check_nop({}, ["t"])
     assert "timed out" in V.check_nop({}, ["t"], timed_out=True, timeout_s=5)
-    # SWE-bench: SKIPPED fails FAIL_TO_PASS, passes PASS_TO_PASS
-    assert V.check_oracle([{"f": "PASSED", "p": "SKIPPED"}], ["f"], ["p"]) is None
+    # every listed test PASSED clean: SKIPPED fails both lists, XFAIL passes (docs/grading.md)
+    assert "p (SKIPPED)" in V.check_oracle([{"f": "PASSED", "p": "SKIPPED"}], ["f"], ["p"])
     assert "f (SKIPPED)" in V.check_oracle([{"f": "SKIPPED"}], ["f"], [])
+    assert V.check_oracle([{"f": "XFAIL", "p": "PASSED"}], ["f"], ["p"]) is None
 
 
 def test_reverse_restores(tmp_path):

@@ -45,13 +45,16 @@ class ExecResult:
 
 @dataclass
 class TestRun:
-    """One pytest run: per-test status (PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS)."""
+    """One graded pytest run (grading.pytest_command): per-test status
+    (PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS) read from pytest's own reports, not its console."""
 
     statuses: dict[str, str]
-    log: str
+    log: str  # the console output (-v -rA), for people and the reference graders' parsers
     exit_code: int
     timed_out: bool
     duration_s: float
+    messages: dict[str, str] = field(default_factory=dict)  # node id -> pytest's crash message
+    collection_errors: list[str] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
 
 

@@ -42,7 +42,7 @@ import weakref
 from typing import Sequence
 
 from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
-from forgeline.sandbox.grading import parse_pytest_log, pytest_shell
+from forgeline.sandbox.grading import parse_results, pytest_shell
 from forgeline.sandbox.images import connect
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ LABEL_OWNER = "forgeline.owner"
 SETUP_TIMEOUT_S = 60.0
 KILL_GRACE_S = 10.0  # after SIGUSR1, how long a killed command's stream may take to end
 DIFF_LIMIT = 32 << 20  # bytes of `git diff` a session may return (beyond: SandboxError, not a cut)
+RESULTS_FILE = "/tmp/forgeline-results.jsonl"  # a graded run's per-test reports (grading.RUNNER)
 GIT_ENV = {"GIT_AUTHOR_NAME": "forgeline", "GIT_AUTHOR_EMAIL": "forgeline@localhost",
            "GIT_COMMITTER_NAME": "forgeline", "GIT_COMMITTER_EMAIL": "forgeline@localhost",
            "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
@@ -474,11 +475,17 @@ class DockerSandbox(Sandbox):
                   timeout_s: float = 120.0) -> TestRun:
         s = self._fresh(env)
         try:
-            res = s.exec_patched(patches, pytest_shell(tests), timeout_s)
+            res = s.exec_patched(patches, pytest_shell(tests, RESULTS_FILE), timeout_s)
+            try:
+                read = s._run(["cat", RESULTS_FILE], SETUP_TIMEOUT_S, user="root", limit=DIFF_LIMIT)
+                reports = read.output if read.exit_code == 0 else ""
+            except SandboxError:  # the container was lost: no verdicts, like a run that never ran
+                reports = ""
         finally:
             s.close(wait=False)
-        return TestRun(parse_pytest_log(res.output), res.output, res.exit_code, res.timed_out,
-                       res.duration_s)
+        found = parse_results(reports)
+        return TestRun(found.statuses, res.output, res.exit_code, res.timed_out, res.duration_s,
+                       found.messages, found.collection_errors)
 
     def close(self) -> None:
         """Remove the warm spares and wait for background removals. The sandbox stays usable."""

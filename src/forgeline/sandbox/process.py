@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, Session, TaskEnv, TestRun
-from forgeline.sandbox.grading import parse_pytest_log, pytest_shell
+from forgeline.sandbox.grading import parse_results, pytest_shell
 
 OUTPUT_LIMIT = 64_000
 MEMORY_LIMIT_BYTES = 2 << 30  # address space per task process: a runaway mutation dies, not the host
@@ -132,6 +132,9 @@ class ProcessSandbox(Sandbox):
     def run_tests(self, env: TaskEnv, patches: Sequence[str] = (), tests: Sequence[str] | None = None,
                   timeout_s: float = 120.0) -> TestRun:
         with ProcessSession(self, env, patches, track_changes=False) as s:
-            res = s.exec(pytest_shell(tests, self.python), timeout_s)
-        return TestRun(parse_pytest_log(res.output), res.output, res.exit_code, res.timed_out,
-                       res.duration_s)
+            results = Path(s._tmp.name) / "results.jsonl"  # outside the repository copy
+            res = s.exec(pytest_shell(tests, str(results), self.python), timeout_s)
+            found = parse_results(results.read_text(encoding="utf-8", errors="replace")
+                                  if results.is_file() else "")
+        return TestRun(found.statuses, res.output, res.exit_code, res.timed_out, res.duration_s,
+                       found.messages, found.collection_errors)

@@ -142,6 +142,45 @@ def filter_agent_diff(diff: str, source: Path) -> tuple[str, list[dict]]:
     return "".join(kept), stripped
 
 
+def gold_fix(bug_patch: str) -> str:
+    """The gold fix of a task: its bug patch reversed, as a diff the verifier grades like any
+    agent's (the bug patch is applied first). Each file's names, modes and hunks are swapped."""
+    swap_prefix = {"--- ": "+++ ", "+++ ": "--- ", "new file mode ": "deleted file mode ",
+                   "deleted file mode ": "new file mode ", "rename from ": "rename to ",
+                   "rename to ": "rename from ", "old mode ": "new mode ", "new mode ": "old mode "}
+    out: list[str] = []
+    for lines in split_diff(bug_patch):
+        header, hunks, files = [], [], {}
+        m = _HEADER.match(lines[0].rstrip("\n"))
+        if m:
+            header.append(f"diff --git a/{m.group('b')} b/{m.group('a')}\n")
+        rest = lines[1:] if m else lines
+        in_hunk = False
+        for line in rest:
+            h = re.match(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$", line.rstrip("\n"))
+            if h:
+                in_hunk = True
+                hunks.append(f"@@ -{h.group(2)} +{h.group(1)} @@{h.group(3)}\n")
+            elif in_hunk:
+                mark = line[:1]
+                hunks.append({"-": "+", "+": "-"}.get(mark, mark) + line[1:])
+            elif line.startswith("index "):
+                continue  # blob ids are optional for a text patch
+            else:
+                prefix = next((k for k in swap_prefix if line.startswith(k)), None)
+                if prefix in ("--- ", "+++ "):
+                    name = line[4:].rstrip("\n")
+                    files[swap_prefix[prefix]] = ("a/" + name[2:] if name.startswith("b/") else
+                                                  "b/" + name[2:] if name.startswith("a/") else name)
+                elif prefix:
+                    header.append(swap_prefix[prefix] + line[len(prefix):])
+                else:
+                    header.append(line)
+        header += [f"{k}{files[k]}\n" for k in ("--- ", "+++ ") if k in files]
+        out.append("".join(header + hunks))
+    return "".join(out)
+
+
 def verify(sandbox: Sandbox, env: TaskEnv, bug_patch: str, agent_diff: str,
            fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], timeout_s: float = 120.0) -> dict:
     """Grade `agent_diff` for the task (env + bug_patch) in a fresh environment.

@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from forgeline.config import Config
 from forgeline.provenance import Manifest, sha256_bytes, stage_sources, write_jsonl
-from forgeline.sandbox import PatchError, SandboxError, TaskEnv, TestRun, get_sandbox
-from forgeline.sandbox.grading import is_test_path
+from forgeline.sandbox import PatchError, SandboxError, TestRun, get_sandbox
+from forgeline.sandbox.grading import is_test_path, representable
 from forgeline.tasks.mutations import Site, apply_mutation, enumerate_mutation_sites, parse, select_sites
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
@@ -42,7 +42,6 @@ CREATED_AT = "2026-01-01T00:00:00Z"
 # duration (at least MIN_MUTATION_TIMEOUT_S, at most sandbox.test_timeout_s) and discarded.
 TIMEOUT_FACTOR = 10
 MIN_MUTATION_TIMEOUT_S = 10.0
-FAILING = ("FAILED", "ERROR")
 
 
 # -- patches ------------------------------------------------------------------------------------
@@ -83,15 +82,19 @@ class Verdict:
 def classify_run(clean: dict[str, str], bugged: dict[str, str], timed_out: bool) -> Verdict:
     """Compare per-test statuses of the clean and the bugged suite (pytest node id -> status).
 
-    Only tests that PASSED clean count. A bugged run that timed out, or in which one of them
-    is missing (a module failed to import) or every one of them is an ERROR, is discarded.
+    Only tests that PASSED clean and that the reference graders' log parsers can name
+    (grading.representable) count. FAIL_TO_PASS = those that FAILED with the bug,
+    PASS_TO_PASS = those that PASSED; one that ERRORs with the bug is in neither list
+    (SWE-smith's rule: a setup error is no failing assertion). A bugged run that timed out, or
+    in which one of them is missing (a module failed to import) or every one of them is an
+    ERROR, is discarded.
     """
-    baseline = sorted(t for t, s in clean.items() if s == "PASSED")
+    baseline = sorted(t for t, s in clean.items() if s == "PASSED" and representable(t))
     if timed_out:
         return Verdict(discard="timeout")
     if not bugged or any(t not in bugged for t in baseline) or all(bugged[t] == "ERROR" for t in baseline):
         return Verdict(discard="collection_error")
-    f2p = tuple(t for t in baseline if bugged[t] in FAILING)
+    f2p = tuple(t for t in baseline if bugged[t] == "FAILED")
     p2p = tuple(t for t in baseline if bugged[t] == "PASSED")
     if not f2p:
         return Verdict(discard="no_failing_test")
@@ -153,8 +156,10 @@ def parse_failures(log_text: str) -> dict[str, list[str]]:
     return blocks
 
 
-def read_failure(log_text: str, test_id: str, blocks: dict[str, list[str]] | None = None) -> Failure:
-    """The Failure of `test_id` in a pytest log (empty fields when the log does not show it)."""
+def read_failure(log_text: str, test_id: str, blocks: dict[str, list[str]] | None = None,
+                 message: str = "") -> Failure:
+    """The Failure of `test_id` in a pytest log (empty fields when the log does not show it);
+    `message` (pytest's crash message, TestRun.messages) stands in when the log has no `E` line."""
     blocks = parse_failures(log_text) if blocks is None else blocks
     header = _header_of(test_id)
     lines = blocks.get(header) or blocks.get(f"ERROR at setup of {header}") or []
@@ -178,10 +183,8 @@ def read_failure(log_text: str, test_id: str, blocks: dict[str, list[str]] | Non
                 failure.error.append(text.rstrip())
         elif in_test_frame and line.startswith("    ") and not set(line.strip()) <= {"^", "~"}:
             failure.test_line = (failure.test_line + " " + line.strip()).strip()
-    if not failure.error:  # fall back to the short summary line
-        summary = re.search(rf"^(?:FAILED|ERROR) {re.escape(test_id)} - (.+)$", log_text, re.M)
-        if summary:
-            failure.error.append(_clean(summary.group(1)))
+    if not failure.error and message.strip():  # whole, where the console cuts it to its width
+        failure.error.append(_clean(message.strip().splitlines()[0]))
     failure.error = failure.error[:8]
     return failure
 
@@ -408,20 +411,21 @@ def write_problem_statement(site: Site, failures: Sequence[Failure], patch: str,
 
 # -- one candidate ---------------------------------------------------------------------------------
 
-def build_instance(env: TaskEnv, site: Site, patch: str, verdict: Verdict, run_log: str,
+def build_instance(snapshot: RepoSnapshot, site: Site, patch: str, verdict: Verdict, run: TestRun,
                    seed: int) -> dict:
     """The SWE-smith instance of one kept mutation (plus `bug_type` and `mutation`).
 
-    Inputs: the repository snapshot (name, commit, image), the site, the patch that introduces
-    the bug, the verdict and pytest log of the bugged run, and the stage seed (wording only).
+    Inputs: the repository snapshot (its SWE-smith names, commit, image), the site, the patch
+    that introduces the bug, the verdict and the bugged run, and the stage seed (wording only).
     """
-    blocks = parse_failures(run_log)
-    failures = [read_failure(run_log, t, blocks) for t in verdict.fail_to_pass]
+    blocks = parse_failures(run.log)
+    failures = [read_failure(run.log, t, blocks, run.messages.get(t, ""))
+                for t in verdict.fail_to_pass]
     return {
-        "instance_id": instance_id(env.repo, env.commit, site.bug_type, sha256_bytes(patch.encode())),
-        "repo": env.repo,
-        "base_commit": env.commit,
-        "image_name": env.image,
+        "instance_id": instance_id(snapshot.repo_name, site.bug_type, sha256_bytes(patch.encode())),
+        "repo": snapshot.repo,
+        "base_commit": snapshot.commit,
+        "image_name": snapshot.image,
         "created_at": CREATED_AT,
         "patch": patch,
         "FAIL_TO_PASS": sorted(verdict.fail_to_pass),
@@ -440,12 +444,12 @@ class Outcome:
     duration_s: float
 
 
-def _try_site(sandbox, env: TaskEnv, sources: dict[str, str], site: Site,
+def _try_site(sandbox, snapshot: RepoSnapshot, sources: dict[str, str], site: Site,
               clean: dict[str, str], timeout_s: float, seed: int) -> Outcome:
     before = sources[site.file]
     patch = make_patch(site.file, before, apply_mutation(before, site))
     try:
-        run: TestRun = sandbox.run_tests(env, [patch], None, timeout_s)
+        run: TestRun = sandbox.run_tests(snapshot.env(), [patch], None, timeout_s)
     except PatchError:
         return Outcome(site, None, "patch_error", 0.0)
     except SandboxError as exc:
@@ -454,7 +458,7 @@ def _try_site(sandbox, env: TaskEnv, sources: dict[str, str], site: Site,
     verdict = classify_run(clean, run.statuses, run.timed_out)
     if verdict.discard:
         return Outcome(site, None, verdict.discard, run.duration_s)
-    return Outcome(site, build_instance(env, site, patch, verdict, run.log, seed), None,
+    return Outcome(site, build_instance(snapshot, site, patch, verdict, run, seed), None,
                    run.duration_s)
 
 
@@ -548,11 +552,16 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     if not_passing:
         log.warning("%s: %d tests do not pass on the clean snapshot; they are never used: %s",
                     snapshot.name, len(not_passing), ", ".join(not_passing[:10]))
+    unnameable = [t for t in passing if not representable(t)]
+    if unnameable:
+        log.warning("%s: %d passing test ids contain whitespace, which the SWE-bench/SWE-smith log "
+                    "parsers cannot name; they are never used: %s", snapshot.name, len(unnameable),
+                    ", ".join(unnameable[:5]))
     timeout_s = round(min(suite_timeout, max(MIN_MUTATION_TIMEOUT_S, TIMEOUT_FACTOR * clean.duration_s)), 1)
 
     with manifest.timed("mutations"):
         outcomes, tried = _run_all(
-            lambda site: _try_site(sandbox, env, sources, site, clean.statuses, timeout_s, seed),
+            lambda site: _try_site(sandbox, snapshot, sources, site, clean.statuses, timeout_s, seed),
             chosen, args.threads, max_keep)
 
     instances: dict[str, dict] = {}
@@ -576,7 +585,8 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     manifest.notes = {
         "repo": snapshot.name, "threads": args.threads, "base_commit": snapshot.commit, "image_name": snapshot.image,
         "source_files": sorted(sources),
-        "baseline": {"tests": len(clean.statuses), "passed": len(passing), "not_passing": not_passing},
+        "baseline": {"tests": len(clean.statuses), "passed": len(passing), "not_passing": not_passing,
+                     "unnameable": unnameable},
         "mutation_timeout_s": timeout_s,
         "sites_found": per_kind(sites), "selected": len(chosen), "tried": tried,
         "tried_per_kind": per_kind(o.site for o in outcomes), "kept": len(records),

@@ -179,8 +179,9 @@ GRADE_PY = '''\
    limit. Inside a forgeline task image, as root: as the unprivileged sandbox user, and every
    process of that user (the agent's leftovers, anything the tests started) is killed before
    and after, so nothing can write a reward after the verdict.
-3. Grade with forgeline.sandbox.grading (shipped beside this file, verbatim): resolved iff every
-   FAIL_TO_PASS test PASSED or XFAILed and every PASS_TO_PASS test PASSED, XFAILed or SKIPPED.
+3. Grade with forgeline.sandbox.grading (shipped beside this file, verbatim): the verdicts come
+   from pytest's own reports (its RUNNER plugin), and resolved iff every FAIL_TO_PASS and
+   PASS_TO_PASS test PASSED or XFAILed.
 
 Writes the report (JSON) to --report; exit status 0 iff resolved, 1 if not, 2 on an error.
 """
@@ -191,6 +192,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -275,12 +277,16 @@ def tidy(testbed, cfg):
 
 
 def run_tests(testbed, tests, timeout_s, user):
-    """(pytest output, exit code, timed out) of the given tests, in a clean environment."""
+    """(pytest output, per-test results, exit code, timed out) of the given tests, in a clean
+    environment."""
     env = {"PATH": os.environ.get("PATH", PATH), "HOME": user[2] if user else os.environ.get("HOME", "/tmp"),
            "LC_ALL": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONUNBUFFERED": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     extra = dict(user=user[0], group=user[1], extra_groups=[]) if user else {}
-    cmd = grading.pytest_command(tests, python=sys.executable)
+    scratch = tempfile.mkdtemp(prefix="forgeline-grade-")
+    os.chmod(scratch, 0o777)  # the sandbox user writes the results there
+    results = os.path.join(scratch, "results.jsonl")
+    cmd = grading.pytest_command(tests, results, python=sys.executable)
     proc = subprocess.Popen(cmd, cwd=testbed, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, **extra)
     try:
@@ -290,7 +296,12 @@ def run_tests(testbed, tests, timeout_s, user):
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         timed_out = True
-    return out.decode("utf-8", "replace"), proc.returncode, timed_out
+    try:
+        found = grading.parse_results(Path(results).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        found = grading.Results()
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out.decode("utf-8", "replace"), found, proc.returncode, timed_out
 
 
 def main(argv=None):
@@ -306,10 +317,10 @@ def main(argv=None):
     removed, restored = tidy(args.testbed, cfg)
     f2p, p2p = cfg["fail_to_pass"], cfg["pass_to_pass"]
     tests = sorted(set(f2p) | set(p2p))
-    log, code, timed_out = run_tests(args.testbed, tests, cfg["test_timeout_s"], user)
+    log, found, code, timed_out = run_tests(args.testbed, tests, cfg["test_timeout_s"], user)
     kill_user(user)
     print(log)
-    result = grading.grade(grading.parse_pytest_log(log), f2p, p2p)
+    result = grading.grade(found.statuses, f2p, p2p)
     if timed_out:
         result["resolved"] = False
     report = {"instance_id": cfg["instance_id"], **result, "timed_out": timed_out,

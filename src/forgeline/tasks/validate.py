@@ -4,15 +4,19 @@ One batch per repository. The clean snapshot's whole suite is run `tasks.validat
 times ONCE for the batch (the first run is also the collection of node ids); every instance is
 then checked, in this order, and stops at its first failed check:
 
-    structure      fields agree with the snapshot (base_commit == snapshot hash, instance_id
-                   names repo and commit), FAIL_TO_PASS non-empty, FAIL_TO_PASS and PASS_TO_PASS
-                   disjoint, every node id in the clean suite, the patch touches no test file
+    structure      fields agree with the snapshot (base_commit, when given, is its commit;
+                   instance_id names repo and commit), FAIL_TO_PASS non-empty, FAIL_TO_PASS and
+                   PASS_TO_PASS disjoint, every node id in the clean suite and free of whitespace
+                   (grading.representable), the patch touches no test file
     patch_applies  the bug patch applies in a fresh sandbox environment
     flaky          no FAIL_TO_PASS / PASS_TO_PASS test changes outcome across the gold runs
     nop            with the bug in, every FAIL_TO_PASS test FAILs or ERRORs (only those run)
     oracle         with the bug reversed (= the clean snapshot) every FAIL_TO_PASS and
                    PASS_TO_PASS test passes in every gold run (SWE-bench grading), and reversing
                    the patch really restores the snapshot's files
+    verifier       the gold fix (the patch reversed) graded by the verifier itself, exactly the
+                   run an agent's verdict comes from (fresh environment, bug patch, the fix as a
+                   filtered diff, tests restored, only the listed tests): resolved
     alignment      (tasks.validate.alignment) the problem statement names an identifier the
                    FAIL_TO_PASS tests use, and quotes no code line of the patch (docs/validation.md)
 
@@ -50,15 +54,16 @@ from tqdm import tqdm
 from forgeline.config import ConfigError
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
 from forgeline.sandbox import PatchError, Sandbox, TestRun, get_sandbox
-from forgeline.sandbox.grading import grade, is_test_path
+from forgeline.sandbox.grading import grade, is_test_path, representable
+from forgeline.sandbox.verify import gold_fix, verify
 from forgeline.tasks.mutations import parse
 from forgeline.tasks.repos import RepoSnapshot
-from forgeline.tasks.schema import InstanceError, normalize_instance
+from forgeline.tasks.schema import InstanceError, normalize_instance, parse_patch, repo_key
 
 log = logging.getLogger(__name__)
 
 # Rejection keys, in the order the checks run (every key is in the report, even at 0).
-CHECKS = ("structure", "patch_applies", "flaky", "nop", "oracle", "alignment")
+CHECKS = ("structure", "patch_applies", "flaky", "nop", "oracle", "verifier", "alignment")
 NOP_FAILING = ("FAILED", "ERROR")
 MIN_IDENTIFIER = 3  # shortest identifier that counts as "named" by a problem statement
 MIN_LEAK_LINE = 8  # shortest stripped patch line whose presence in a statement is a leak
@@ -77,88 +82,52 @@ def _listing(items: Sequence[str], limit: int = _LIST_MAX) -> str:
 
 # -- patches -------------------------------------------------------------------------------
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
-
-
-def _parse_patch(patch: str) -> tuple[list[str], list[str]]:
-    """(paths the patch touches, code lines it adds or removes without their +/- marker).
-
-    Hunk bodies are read by their line counts, so a removed line whose text starts with "--"
-    is never mistaken for a file header.
-    """
-    paths: set[str] = set()
-    code: list[str] = []
-    old_left = new_left = 0
-    for line in patch.splitlines():
-        if old_left > 0 or new_left > 0:
-            if line.startswith("\\"):  # "\ No newline at end of file"
-                continue
-            tag, text = line[:1], line[1:]
-            if tag == "-":
-                old_left -= 1
-                code.append(text)
-            elif tag == "+":
-                new_left -= 1
-                code.append(text)
-            else:  # context (a blank context line may have lost its leading space)
-                old_left -= 1
-                new_left -= 1
-            continue
-        if m := _DIFF_GIT.match(line):
-            paths.update((m.group(1), m.group(2)))
-        elif line.startswith(("--- ", "+++ ")):
-            name = line[4:].split("\t")[0].strip()
-            if name != "/dev/null":
-                paths.add(name[2:] if name.startswith(("a/", "b/")) else name)
-        elif m := _HUNK.match(line):
-            old_left = int(m.group(2)) if m.group(2) is not None else 1
-            new_left = int(m.group(4)) if m.group(4) is not None else 1
-    return sorted(paths), code
-
-
 def patch_files(patch: str) -> list[str]:
     """Repository-relative paths a unified (git) diff touches, sorted."""
-    return _parse_patch(patch)[0]
+    return parse_patch(patch)[0]
 
 
 def patch_code_lines(patch: str, min_chars: int = MIN_LEAK_LINE) -> list[str]:
     """Added and removed code lines of a diff, stripped, at least `min_chars` long, sorted, unique."""
-    return sorted({s for s in (t.strip() for t in _parse_patch(patch)[1]) if len(s) >= min_chars})
+    return sorted({s for s in (t.strip() for t in parse_patch(patch)[1]) if len(s) >= min_chars})
 
 
 # -- the checks (pure: data in, a rejection reason or None out) -----------------------------
 
 def repo_matches(record_repo: str, name: str) -> bool:
-    """Whether an instance's `repo` field ("ledgerkit" or "owner/ledgerkit") is repository `name`."""
-    return record_repo == name or record_repo.rsplit("/", 1)[-1] == name
+    """Whether an instance's `repo` field names the snapshot folder `name` (schema.repo_key)."""
+    return repo_key(record_repo) == name
 
 
-def check_structure(inst: dict, repo: str, commit: str, suite: Iterable[str] | None) -> str | None:
-    """Reason the instance is structurally unusable at snapshot (`repo`, `commit`), or None.
+def check_structure(inst: dict, snapshot: RepoSnapshot, suite: Iterable[str] | None) -> str | None:
+    """Reason the instance is structurally unusable at `snapshot`, or None.
 
     `suite` is the set of node ids of the clean suite (None: skip that part, for a pre-check
-    before the suite has run). Checked in order: base_commit, instance_id, FAIL_TO_PASS
-    non-empty, FAIL_TO_PASS and PASS_TO_PASS disjoint, every node id collected, the patch
-    touches at least one file and no test file (grading.is_test_path).
+    before the suite has run). Checked in order: base_commit (optional, as upstream leaves it
+    out; when present it is the snapshot's commit), instance_id (SWE-smith's
+    `OWNER__NAME.<commit8>.` prefix of this snapshot), FAIL_TO_PASS non-empty, FAIL_TO_PASS and
+    PASS_TO_PASS disjoint, every node id collected and nameable by the reference graders'
+    log parsers, the patch touches at least one file and no test file (grading.is_test_path).
     """
+    commit = snapshot.commit
     base = inst.get("base_commit")
-    if not base:
-        return (f"base_commit missing: cannot tell which snapshot the task is for "
-                f"(snapshot {repo} is at {commit})")
-    if base != commit:
+    if base and base != commit:
         return (f"base_commit {base} is not the snapshot's commit {commit}: the repository "
                 f"changed since the task was made (stale task)")
     iid = inst["instance_id"]
-    if not re.match(rf"^(?:.+__)?{re.escape(repo)}\.{commit[:8]}\.", iid):
-        return (f"instance_id {iid!r} does not name repository {repo!r} at commit {commit[:8]} "
-                f"(expected '[owner__]{repo}.{commit[:8]}.<bug_type>__<hash8>')")
+    if not iid.startswith(snapshot.repo_name + "."):
+        return (f"instance_id {iid!r} does not name repository {snapshot.name!r} at commit "
+                f"{commit[:8]} (expected '{snapshot.repo_name}.<bug_type>__<hash8>')")
     f2p, p2p = inst["FAIL_TO_PASS"], inst["PASS_TO_PASS"]
     if not f2p:
         return "FAIL_TO_PASS is empty: no test shows the bug"
     both = sorted(set(f2p) & set(p2p))
     if both:
         return f"test(s) in both FAIL_TO_PASS and PASS_TO_PASS: {_listing(both)}"
+    unnameable = sorted(t for t in set(f2p) | set(p2p) if not representable(t))
+    if unnameable:
+        return (f"test id(s) with whitespace, which the SWE-bench/SWE-smith log parsers cannot "
+                f"name: {_listing(unnameable)}")
     if suite is not None:
         suite = set(suite)
         unknown = sorted(set(f2p) - suite) + sorted(set(p2p) - suite - set(f2p))
@@ -217,6 +186,23 @@ def check_oracle(gold: Sequence[dict[str, str]], fail_to_pass: Sequence[str],
             return (f"with the bug reversed, test(s) do not pass in gold run {i}/{len(gold)}: "
                     f"{_listing(shown)}")
     return None
+
+
+def check_verifier(result: dict) -> str | None:
+    """Reason the verifier (sandbox.verify: a fresh environment, the bug patch, the fix filtered
+    as an agent's diff, only the listed tests; the run an agent's verdict comes from) does not
+    grade the gold fix resolved, or None."""
+    if result["resolved"]:
+        return None
+    if result["stripped"]:
+        return ("the verifier strips the gold fix: "
+                + "; ".join(f"{s['path']} ({s['reason']})" for s in result["stripped"]))
+    if not result["applied"]:
+        return f"the gold fix does not apply in the verifier: {result.get('error', '')[:200]}"
+    if result["timed_out"]:
+        return "the verifier's run of the gold fix timed out"
+    return (f"the verifier grades the gold fix unresolved (pytest exit code {result['exit_code']}): "
+            f"{_listing(result['failing'])} do not pass")
 
 
 # -- alignment (pure) ----------------------------------------------------------------------
@@ -485,7 +471,7 @@ def validate_instance(inst: dict, snapshot: RepoSnapshot, sandbox: Sandbox, gold
         out.check, out.reason = check, reason
         return out
 
-    reason = check_structure(inst, snapshot.name, snapshot.commit, suite)
+    reason = check_structure(inst, snapshot, suite)
     if reason:
         return reject("structure", reason)
     out.passed.append("structure")
@@ -510,6 +496,11 @@ def validate_instance(inst: dict, snapshot: RepoSnapshot, sandbox: Sandbox, gold
     if reason:
         return reject("oracle", reason)
     out.passed.append("oracle")
+    reason = check_verifier(verify(sandbox, snapshot.env(), inst["patch"], gold_fix(inst["patch"]),
+                                   f2p, p2p, timeout_s=opts.timeout_s))
+    if reason:
+        return reject("verifier", reason)
+    out.passed.append("verifier")
     if opts.alignment:
         sources = _read_sources(snapshot.path, f2p)
         reason, shared = check_alignment(inst["problem_statement"], inst["patch"], sources, f2p)
@@ -556,7 +547,7 @@ def validate_batch(records: Iterable[dict], snapshot: RepoSnapshot, sandbox: San
             outcomes.append(Outcome(iid, None, "structure", why))
         elif iid in seen:
             outcomes.append(Outcome(iid, None, "structure", "duplicate instance_id in the input"))
-        elif why := check_structure(inst, snapshot.name, snapshot.commit, None):
+        elif why := check_structure(inst, snapshot, None):
             seen.add(iid)  # decided without running anything (a stale batch costs no gold run)
             outcomes.append(Outcome(iid, inst, "structure", why))
         else:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
-TINY_NAME = "fltiny"  # a name no real repository uses: its image is forgeline/fltiny:<commit8>
+TINY_NAME = "fltiny"  # a name no real repository uses: its image is forgeline/swesmith.<arch>.forgeline_1776_fltiny.<commit8>
 TINY_FILES = {
     "README.md": "A tiny calculator, for sandbox tests.\n",
     f"{TINY_NAME}/__init__.py": "from fltiny.ops import add, mul, sub\n",

@@ -322,3 +322,24 @@ def test_pytest_command_is_shared():
     # the docker backend runs exactly the process backend's command line (with the image's python3)
     argv = shlex.split(pytest_shell(None, "/tmp/r.jsonl"))
     assert argv[:2] == ["python3", "-c"] and argv[3:6] == ["/tmp/r.jsonl", "-v", "-rA"]
+
+
+SECRETS = {"HF_TOKEN": "hf_planted", "AWS_SECRET_ACCESS_KEY": "aws_planted", "FORGELINE_X": "fx",
+           "SNAKEMAKE_PROFILE": "sp", "GITHUB_TOKEN": "gh_planted"}
+
+
+def test_sandboxed_code_sees_no_secrets(sandbox, env, monkeypatch):
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    for backend in (sandbox, ProcessSandbox(python=sys.executable)):
+        with backend.session(env) as s:
+            res = s.exec("env; cat /proc/self/environ | tr '\\0' '\\n'", 30)
+        assert res.exit_code == 0, res.output
+        for value in SECRETS.values():
+            assert value not in res.output, (backend.name, value)
+        # and the test process, where the package's own code runs
+        probe = "import os\n\ndef test_env():\n    print(sorted(os.environ))\n    assert not [k for k in os.environ if 'TOKEN' in k or k.startswith(('AWS', 'FORGELINE', 'SNAKEMAKE'))]\n"
+        patch = ("diff --git a/tests/test_env.py b/tests/test_env.py\nnew file mode 100644\n--- /dev/null\n"
+                 "+++ b/tests/test_env.py\n@@ -0,0 +1,5 @@\n" + "".join("+" + line + "\n" for line in probe.splitlines()))
+        run = backend.run_tests(env, [patch], ["tests/test_env.py::test_env"], timeout_s=60)
+        assert run.statuses == {"tests/test_env.py::test_env": "PASSED"}, (backend.name, run.log[-800:])

@@ -31,11 +31,16 @@ def _can_unshare_net() -> bool:
     return probe.returncode == 0
 
 
-def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORGELINE_", "SNAKEMAKE"))}
+# What task and agent code may see of this machine's environment: nothing else (no tokens, no
+# cloud credentials, no FORGELINE_/SNAKEMAKE state).
+ALLOWED_ENV = ("PATH", "LANG", "TERM")
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
     # No third-party pytest plugins (hydra's, from dvc, costs 0.8 s a run) and no bytecode files.
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", TZ="UTC", LC_ALL="C.UTF-8",
-               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", TZ="UTC",
+               LC_ALL="C.UTF-8", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     return env
 
 
@@ -44,9 +49,10 @@ def _limit_memory() -> None:
 
 
 def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = ()) -> ExecResult:
-    """Run `command` with bash in its own process group; kill the whole group on timeout."""
+    """Run `command` with bash in its own process group, with an allow-listed environment
+    (HOME is the folder above `cwd`); kill the whole group on timeout."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd, env=_clean_env(),
+    proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd, env=_clean_env(cwd.parent),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=_limit_memory)
     timed_out = False

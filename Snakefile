@@ -49,6 +49,7 @@ rule all:
     input:
         rules.funnel.output,
         rules.harbor.output,
+        rules.export_dataset.output,
         rules.tables.output,
         rules.report.output,
         expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),

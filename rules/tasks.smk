@@ -1,7 +1,12 @@
-# Phase 1: tasks. External SWE-smith-format files are read once and sharded by repository.
-# Per repository: bugs are generated, ingested (with its shard) and validated by running
-# tests; the pool repositories' tasks of the right difficulty (rules/policy.smk) are split. Per-repository jobs keep a change in one
-# repository to its own chain.
+# Phase 1: tasks. External SWE-smith-format files and the upstream hub dataset are read once
+# and sharded by repository. Per repository: bugs are generated, ingested (with its shard) and
+# validated by running tests; the pool repositories' tasks of the right difficulty
+# (rules/policy.smk) are split, and the split is exported as a dataset. Per-repository jobs keep
+# a change in one repository to its own chain.
+
+# Upstream SWE-smith from the hub (tasks.ingest.hub): no file of the workflow, so its repo_id,
+# revision and patterns reach ingest_extra as params (a new revision reruns it).
+HUB_DATASET = bool((config["tasks"]["ingest"].get("hub") or {}).get("repo_id"))
 
 
 rule generate:
@@ -41,8 +46,8 @@ rule ingest_extra:
         "logs/ingest_extra.log",
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=16000 if HUB_DATASET else 2000,  # upstream: ~60k instances held until sharded
+        runtime=60 if HUB_DATASET else 10,
     shell:
         "forgeline ingest-extra {CONFIG} --out-dir results/tasks/extra"
         " --manifest {output.manifest} --log {log}"
@@ -170,3 +175,27 @@ rule harbor:
     shell:
         "forgeline harbor {CONFIG} --split-dir results/split --out-dir results/harbor"
         " --manifest {output.manifest} --log {log}"
+
+
+rule export_dataset:
+    input:
+        split=expand("results/split/{name}.jsonl", name=["train", "val", "test"]),
+        summary="results/split/split.json",
+        images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
+        funnel="results/tasks/funnel.json",
+        code=stage_code("forgeline.tasks.export"),
+    output:
+        swe_smith=expand("results/dataset/swe-smith/{name}.jsonl", name=["train", "val", "test"]),
+        hf=directory("results/dataset/hf"),
+        manifest="results/dataset/manifest.json",
+    params:
+        conf=params_of(config, "sandbox.backend", "tasks.export"),
+    log:
+        "logs/export_dataset.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "forgeline export-dataset {CONFIG} --split-dir results/split --images {input.images}"
+        " --funnel {input.funnel} --out-dir results/dataset --manifest {output.manifest} --log {log}"

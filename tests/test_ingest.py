@@ -49,7 +49,7 @@ def corpus(tmp_path: Path) -> Path:
         line(inst("e-wrongtype", repo=5)),                               # 5 wrong_type
         b"\n",                                                           # 6 blank
         b"   \t \n",                                                     # 7 blank
-        line(inst("a-good", patch="other")),                             # 8 duplicate of 1
+        line(inst("a-good", patch="diff --git a/other.py b/other.py\n")),  # 8 duplicate of 1
         line(inst("f-emptyps", problem_statement="  \n ")),              # 9 empty problem stmt
         line(inst("g-emptyf2p", FAIL_TO_PASS=[])),                       # 10 empty FAIL_TO_PASS
         line(inst("h-latin1")).replace(b"Bug in", b"Bug \xe9 in"),       # 11 not_utf8

@@ -25,6 +25,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "ingest": ("forgeline.tasks.ingest", "one repository's tasks; report every rejection"),
     "validate": ("forgeline.tasks.validate", "run the validation checks for one repository"),
     "split": ("forgeline.tasks.split", "repository-disjoint split with its semantic digest"),
+    "export-dataset": ("forgeline.tasks.export", "the split as SWE-smith JSONL + a hub dataset folder and card"),
     "funnel": ("forgeline.tasks.funnel", "count the tasks at each step of the task front"),
     "image": ("forgeline.sandbox.images", "build (or reuse) one repository's docker image"),
     "harbor": ("forgeline.tasks.harbor", "export the split as Harbor task folders"),

@@ -1,4 +1,8 @@
-"""External SWE-smith-format files, read ONCE and sharded by repository.
+"""External SWE-smith-format tasks, read ONCE and sharded by repository.
+
+The sources: the files of `tasks.ingest.extra_sources` (JSONL, JSON array or Parquet), then the
+upstream dataset of `tasks.ingest.hub` (a hub dataset of Parquet shards at a pinned commit,
+`forgeline.tasks.hub_dataset`), in that order: for an instance_id in both, the file wins.
 
 Each repository's ingest job then reads its own shard: a 60k-instance file is parsed once, not
 once per repository, and a change in one repository's tasks reruns only that repository's
@@ -13,7 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from forgeline.config import ConfigError
+from forgeline.policy.hub import HubError
 from forgeline.provenance import Manifest, stage_sources, write_json, write_jsonl
+from forgeline.tasks.hub_dataset import hub_reads, parquet_files, resolve_dataset
 from forgeline.tasks.ingest import IngestResult, ingest_files, summary_line
 from forgeline.tasks.schema import repo_key
 
@@ -43,8 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", required=True)
 
 
+def hub_spec(section: dict) -> dict | None:
+    """tasks.ingest.hub when it names a dataset (repo_id set), else None (off)."""
+    spec = section.get("hub") or {}
+    return spec if spec.get("repo_id") else None
+
+
 def run(cfg, args: argparse.Namespace) -> None:
     section = cfg.section("tasks.ingest")
+    max_record_bytes = int(section["max_record_bytes"])
     sources = [str(p) for p in section.get("extra_sources") or []]
     missing = [s for s in sources if not Path(s).is_file()]
     if missing:
@@ -53,18 +66,42 @@ def run(cfg, args: argparse.Namespace) -> None:
     configured = sorted(set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", [])))
     manifest = Manifest(stage="ingest-extra", params={"repos": repos, "tasks.ingest": section},
                         inputs=sources, code=stage_sources(__name__))
+    hub, more, hub_files = hub_spec(section), [], []
+    if hub is not None:
+        repo_id, revision = hub["repo_id"], hub.get("revision")
+        try:
+            with manifest.timed("hub"):
+                snapshot = resolve_dataset(repo_id, revision, hub.get("allow_patterns"))
+        except HubError as exc:
+            raise ConfigError(f"tasks.ingest.hub: {exc}") from None
+        hub_files = parquet_files(snapshot, hub.get("allow_patterns"))
+        if not hub_files:
+            raise ConfigError(f"tasks.ingest.hub: no Parquet file of {repo_id}@{revision} matches "
+                              f"allow_patterns {hub.get('allow_patterns')} in {snapshot}")
+        manifest.inputs = [*sources, *(str(snapshot / f) for f in hub_files)]
+        more = hub_reads(snapshot, hub_files, repo_id, revision, max_record_bytes,
+                         hub.get("max_records"))
     with manifest.timed("ingest"):
-        result = ingest_files(sources, int(section["max_record_bytes"]))
+        result = ingest_files(sources, max_record_bytes, more)
         per_repo, rejections, unattributed = shard(result, set(configured))
     out = Path(args.out_dir)
     outputs = [write_jsonl(out / f"{repo}.jsonl", per_repo.get(repo, [])) for repo in configured]
     report = {**result.report, "unattributed": len(unattributed),
               "per_repo": {repo: len(per_repo.get(repo, [])) for repo in configured}}
+    if hub is not None:
+        rows = sum(s.get("rows", 0) for name, s in result.report["sources"].items()
+                   if name.startswith("hf://"))
+        report["hub"] = {"repo_id": hub["repo_id"], "revision": hub["revision"],
+                         "files": hub_files, "rows": rows,
+                         "max_records": hub.get("max_records"),
+                         "capped": hub.get("max_records") is not None and rows >= hub["max_records"]}
     outputs += [write_jsonl(out / "rejections.jsonl", rejections),
                 write_jsonl(out / "unattributed.jsonl", unattributed),
                 write_json(out / "report.json", report)]
     manifest.notes = {"accepted": result.report["accepted"], "rejected": result.report["rejected"],
-                      "unattributed": len(unattributed)}
+                      "unattributed": len(unattributed),
+                      **({"hub": {k: report["hub"][k] for k in ("repo_id", "revision", "rows", "capped")}}
+                         if hub is not None else {})}
     manifest.write(args.manifest, outputs=outputs)
     if unattributed:
         logging.getLogger(__name__).warning(

@@ -1,24 +1,31 @@
 """Ingestion: read SWE-smith-format files; every record either enters or is rejected with a reason.
 
 Input: JSONL files (one instance per line) or JSON arrays (told apart by the first
-non-whitespace byte, after an optional UTF-8 BOM). Output: the accepted instances, normalised by
+non-whitespace byte, after an optional UTF-8 BOM), or Parquet files (`*.parquet`, one instance
+per row: how the hub publishes SWE-smith, see `forgeline.tasks.hub_dataset`; read batch by
+batch, so a large file is never converted to Python whole). Output: the accepted instances, normalised by
 `schema.normalize_instance` and sorted by instance_id (extra fields such as bug_type or mutation
 are kept), plus one rejection record per record that did not enter:
 
     {"source": "path", "line": 12, "instance_id": "id or null", "category": "bad_json",
      "reason": "..."}
 
-`line` is 1-based; for a JSON array it is the line where the record starts. Blank lines are not
-records and are skipped. Nothing is dropped silently and malformed input never crashes the stage.
-Rejection categories (stable keys, counted in the report):
+`line` is 1-based; for a JSON array it is the line where the record starts, for Parquet the
+row. Blank lines are not records and are skipped. Nothing is dropped silently and malformed input
+never crashes the stage. Rejection categories (stable keys, counted in the report):
 
     bad_json                 a line that is not JSON
     bad_json_file            a JSON array file that is itself broken (one rejection, the parser's
                              line/col; none of its records enter)
+    bad_parquet_file         a Parquet file that cannot be read to its end (truncated, corrupt,
+                             not Parquet): one rejection naming the file; none of its records enter
     truncated                the last line has no newline and does not parse (a cut-off write)
     not_utf8                 bytes that are not UTF-8
-    too_large                a record over tasks.ingest.max_record_bytes (not parsed)
-    wrong_type               not an object, or a field of the wrong type
+    not_finite               a NaN or infinite number (Parquet; in JSON text it is bad_json)
+    too_large                a record over tasks.ingest.max_record_bytes (not parsed); for Parquet
+                             the size of the record's canonical JSON
+    wrong_type               not an object, or a field of the wrong type (for Parquet also a value
+                             JSON cannot hold, such as a decimal)
     missing_field            a required field is absent
     empty_field              instance_id / repo / patch / image_name is blank
     empty_problem_statement  nothing to pose to an agent
@@ -26,21 +33,26 @@ Rejection categories (stable keys, counted in the report):
     duplicate                an instance_id already accepted (the first accepted one wins)
     invalid                  the check itself failed unexpectedly (a schema bug; logged)
 
-NaN/Infinity are rejected as bad_json: the outputs are strict canonical JSON.
+NaN/Infinity are rejected as bad_json: the outputs are strict canonical JSON. A Parquet row
+becomes the object {column: value}, every column of the file present (a null cell is null);
+timestamps and dates become ISO 8601 strings and binary cells UTF-8 strings.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, gc_paused, stage_sources, write_json, write_jsonl
+from forgeline.provenance import (Manifest, canonical_json, gc_paused, stage_sources, write_json,
+                                  write_jsonl)
 from forgeline.tasks.schema import InstanceError, normalize_instance, repo_key
 
 log = logging.getLogger(__name__)
@@ -49,6 +61,8 @@ BOM = b"\xef\xbb\xbf"
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of non-UTF-8 bytes
 _SKIP_CHUNK = 1 << 20  # bytes read at a time while skipping an over-long line
+PARQUET_SUFFIX = ".parquet"
+PARQUET_BATCH_ROWS = 1024  # rows converted to Python at a time
 
 
 class _NotStrictJSON(ValueError):
@@ -88,13 +102,20 @@ def _known_repo(record: object) -> str | None:
 
 @dataclass
 class SourceRead:
-    """What one source held: parsed records [(line, record)], rejections, and counts."""
+    """What one source held: parsed records [(line, record)], rejections, and counts.
+
+    `records` may be a generator (Parquet) that appends to `rejections` while it runs and sets
+    `broken` (the one rejection that replaces all of the source's others) when the file turns
+    out to be unreadable part-way; read both only after `records` is exhausted.
+    """
 
     source: str
     format: str = "jsonl"
-    records: list[tuple[int, object]] = field(default_factory=list)
+    records: Iterable[tuple[int, object]] = field(default_factory=list)
     rejections: list[dict] = field(default_factory=list)
     blank_lines: int = 0
+    broken: dict | None = None
+    rows: int = 0  # Parquet: rows read (a cap, see read_parquet, stops it early)
 
 
 def detect_format(head: bytes) -> str:
@@ -289,6 +310,193 @@ def read_source(source: str, stream: BinaryIO, max_record_bytes: int) -> SourceR
     return read_jsonl(source, stream, max_record_bytes)
 
 
+# -- Parquet -------------------------------------------------------------------------------
+
+class _BadValue(ValueError):
+    def __init__(self, category: str, reason: str):
+        super().__init__(reason)
+        self.category = category
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """`value` (a cell as pyarrow gives it) as a strict JSON value, or _BadValue."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _BadValue("not_finite", f"{where}: {value!r} is not a finite number")
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _BadValue("not_utf8", f"{where}: not UTF-8: byte 0x{value[exc.start:exc.start + 1].hex()} "
+                                        f"at byte {exc.start + 1} ({exc.reason})") from None
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v, f"{where}.{k}") for k, v in value.items()}
+    raise _BadValue("wrong_type", f"{where}: a {type(value).__name__} value has no JSON form")
+
+
+def _plain_type(typ) -> bool:
+    """True for Arrow types whose Python values are already strict JSON (no walk needed)."""
+    import pyarrow.types as pat
+
+    if pat.is_list(typ) or pat.is_large_list(typ):
+        return _plain_type(typ.value_type)
+    return (pat.is_string(typ) or pat.is_large_string(typ) or pat.is_integer(typ)
+            or pat.is_boolean(typ) or pat.is_null(typ))
+
+
+def _text_bytes(batch) -> list[int]:
+    """Per row, the bytes of its string/binary cells (top level and in lists): a lower bound
+    of its JSON size, known before any cell is converted to Python."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.types as pat
+
+    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        typ, parents = column.type, None
+        if pat.is_list(typ) or pat.is_large_list(typ):
+            parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+            column, typ = pc.list_flatten(column), typ.value_type
+        if not (pat.is_string(typ) or pat.is_large_string(typ) or pat.is_binary(typ)
+                or pat.is_large_binary(typ)) or not len(column):
+            continue
+        lengths = pc.binary_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+        if parents is None:
+            sizes += lengths.astype(np.int64)
+        else:
+            sizes += np.bincount(parents, weights=lengths, minlength=batch.num_rows).astype(np.int64)
+    return sizes.tolist()
+
+
+def _cell_text(batch, name: str, row: int) -> str | None:
+    """One short string cell (an id in a rejection), None when absent or not a string."""
+    import pyarrow.types as pat
+
+    index = batch.schema.get_field_index(name)
+    if index < 0 or not (pat.is_string(batch.schema.types[index])
+                         or pat.is_large_string(batch.schema.types[index])):
+        return None
+    try:
+        value = batch.column(index)[row].as_py()
+    except UnicodeDecodeError:
+        return None
+    return value if isinstance(value, str) and len(value) <= 1024 else None
+
+
+def _batch_rows(batch) -> list[dict | _BadValue]:
+    """The batch's rows as dicts; a row that cannot be converted (bytes that are not UTF-8 in a
+    string column) becomes a _BadValue naming the column, the other rows are kept."""
+    try:
+        return batch.to_pylist()
+    except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
+        pass
+    rows: list[dict | _BadValue] = []
+    names = batch.schema.names
+    for i in range(batch.num_rows):
+        row: dict | _BadValue = {}
+        for name, column in zip(names, batch.columns):
+            try:
+                row[name] = column[i].as_py()
+            except UnicodeDecodeError as exc:
+                row = _BadValue("not_utf8", f"{name}: not UTF-8: byte "
+                                            f"0x{exc.object[exc.start:exc.start + 1].hex()} at byte "
+                                            f"{exc.start + 1} ({exc.reason})")
+                break
+            except (ValueError, TypeError, OverflowError) as exc:
+                row = _BadValue("wrong_type", f"{name}: cannot be converted ({exc})")
+                break
+        rows.append(row)
+    return rows
+
+
+def read_parquet(source: str, path: str | Path, max_record_bytes: int,
+                 max_rows: int | None = None) -> SourceRead:
+    """Read a Parquet file lazily: its `records` is a generator of (row, record) that converts
+    PARQUET_BATCH_ROWS rows at a time, so the file never sits in memory as Python objects whole.
+
+    A row too large (its string bytes already over max_record_bytes: not converted; else its
+    canonical JSON), with a NaN/infinite number, non-UTF-8 bytes or a value JSON cannot hold is
+    rejected alone. A file that cannot be opened or read to its end sets `broken`: one
+    `bad_parquet_file` rejection, and none of its rows enter. `max_rows` stops after that many
+    rows (the hub's max_records); `rows` counts the rows read.
+    """
+    out = SourceRead(source, "parquet")
+
+    def rows() -> Iterator[tuple[int, object]]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        row = 0
+        try:
+            with pq.ParquetFile(path) as pf:
+                for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, use_threads=False):
+                    if max_rows is not None and row >= max_rows:
+                        break
+                    if max_rows is not None and row + batch.num_rows > max_rows:
+                        batch = batch.slice(0, max_rows - row)
+                    walk = [name for name, typ in zip(batch.schema.names, batch.schema.types)
+                            if not _plain_type(typ)]
+                    sizes = _text_bytes(batch)
+                    big = [i for i, n in enumerate(sizes) if n > max_record_bytes]
+                    small = batch.filter(pa.array([n <= max_record_bytes for n in sizes])) if big else batch
+                    converted = iter(_batch_rows(small))
+                    for i in range(batch.num_rows):
+                        row += 1
+                        if sizes[i] > max_record_bytes:
+                            out.rejections.append(rejection(
+                                source, row, "too_large",
+                                f"record of more than {sizes[i]:,} bytes exceeds "
+                                f"tasks.ingest.max_record_bytes ({max_record_bytes:,}); not converted",
+                                _cell_text(batch, "instance_id", i),
+                                _known_repo({"repo": _cell_text(batch, "repo", i)})))
+                            continue
+                        record = next(converted)
+                        try:
+                            if isinstance(record, _BadValue):
+                                raise record
+                            for name in walk:
+                                record[name] = _json_value(record[name], name)
+                            size = len(canonical_json(record).encode("utf-8"))
+                        except _BadValue as exc:
+                            out.rejections.append(rejection(source, row, exc.category, str(exc),
+                                                            _known_id(record), _known_repo(record)))
+                            continue
+                        if size > max_record_bytes:
+                            out.rejections.append(rejection(
+                                source, row, "too_large",
+                                f"record of {size:,} bytes exceeds tasks.ingest.max_record_bytes "
+                                f"({max_record_bytes:,})", _known_id(record), _known_repo(record)))
+                            continue
+                        yield row, record
+        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...: any is a bad file
+            out.broken = rejection(  # at the first row not read
+                source, row + 1, "bad_parquet_file",
+                f"Parquet file cannot be read ({type(exc).__name__}: {exc})"
+                + (f" after {row:,} rows" if row else "") + "; none of its records were ingested")
+        finally:
+            out.rows = row
+
+    out.records = rows()
+    return out
+
+
+def read_path(path: str | Path, max_record_bytes: int, name: str | None = None) -> SourceRead:
+    """Read one file, named `name` (default: the path as given) in the rejections: Parquet by
+    its suffix, else JSONL or a JSON array. A Parquet file is read lazily (`read_parquet`)."""
+    name = str(path) if name is None else name
+    if str(path).endswith(PARQUET_SUFFIX):
+        return read_parquet(name, path, max_record_bytes)
+    with open(path, "rb") as f:
+        return read_source(name, f, max_record_bytes)
+
+
 # -- from records to instances -------------------------------------------------------------
 
 @dataclass
@@ -311,10 +519,8 @@ def ingest(reads: Iterable[SourceRead]) -> IngestResult:
     rejections: list[dict] = []
     per_source: dict[str, dict] = {}
     for read in reads:
-        stats = {"format": read.format, "records": 0, "accepted": 0, "rejected": 0,
-                 "blank_lines": read.blank_lines}
-        per_source[read.source] = stats
-        found = list(read.rejections)
+        found: list[dict] = []
+        mine: dict[str, tuple[str, int, dict]] = {}  # this source's, kept only if it reads to its end
         for line, record in read.records:
             try:
                 inst = normalize_instance(record)
@@ -329,19 +535,27 @@ def ingest(reads: Iterable[SourceRead]) -> IngestResult:
                                        _known_id(record), _known_repo(record)))
                 continue
             iid = inst["instance_id"]
-            if iid in accepted:
-                first_src, first_line, first = accepted[iid]
-                same = "same" if first == inst else "different"
+            first = accepted.get(iid) or mine.get(iid)
+            if first is not None:
+                first_src, first_line, first_inst = first
+                same = "same" if first_inst == inst else "different"
                 found.append(rejection(
                     read.source, line, "duplicate",
                     f"duplicate instance_id; first seen at {first_src}:{first_line} "
                     f"({same} content); the first wins", iid, repo_key(inst["repo"])))
                 continue
-            accepted[iid] = (read.source, line, inst)
-            stats["accepted"] += 1
+            mine[iid] = (read.source, line, inst)
+        if read.broken is not None:  # a file unreadable part-way is not half-trusted
+            found, mine = [read.broken], {}
+        else:
+            found = read.rejections + found
+        accepted.update(mine)
         found.sort(key=lambda r: r["line"])
-        stats["rejected"] = len(found)
-        stats["records"] = stats["accepted"] + stats["rejected"]
+        stats = {"format": read.format, "records": len(mine) + len(found), "accepted": len(mine),
+                 "rejected": len(found), "blank_lines": read.blank_lines}
+        if read.format == "parquet":
+            stats["rows"] = read.rows
+        per_source[read.source] = stats
         rejections.extend(found)
     by_category = Counter(r["category"] for r in rejections)
     report = {
@@ -355,12 +569,14 @@ def ingest(reads: Iterable[SourceRead]) -> IngestResult:
     return IngestResult([accepted[k][2] for k in sorted(accepted)], rejections, report)
 
 
-def ingest_files(paths: Iterable[str | Path], max_record_bytes: int) -> IngestResult:
-    """`ingest` over files on disk, each named in the rejections by the path as given."""
+def ingest_files(paths: Iterable[str | Path], max_record_bytes: int,
+                 more: Iterable[SourceRead] = ()) -> IngestResult:
+    """`ingest` over files on disk (JSONL, JSON array or Parquet), each named in the rejections
+    by the path as given, then over `more` (e.g. `hub_dataset.hub_reads`)."""
     def reads() -> Iterator[SourceRead]:
         for path in paths:
-            with open(path, "rb") as f:
-                yield read_source(str(path), f, max_record_bytes)
+            yield read_path(path, max_record_bytes)
+        yield from more
     with gc_paused():
         return ingest(reads())
 

@@ -140,10 +140,13 @@ def check_names(record: dict) -> None:
         why = unsafe_path(path)
         if why:
             raise InstanceError(f"patch touches {path[:120]!r}: {why}", "unsafe_patch")
+    files: dict[str, str | None] = {}  # a suite's ids share a few files: check each once
     for field in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         for test in record[field]:
-            why = (unsafe_path(test.split("::", 1)[0]) if not test.startswith("-")
-                   else "starts with '-' (pytest would read an option)")
+            file = test.split("::", 1)[0]
+            if file not in files:
+                files[file] = unsafe_path(file)
+            why = files[file] if not test.startswith("-") else "starts with '-' (pytest would read an option)"
             if why or len(test) > MAX_PATH or not test.isprintable():
                 raise InstanceError(f"{field}: test id {test[:120]!r}: "
                                     f"{why or 'control characters or over-long'}", "unsafe_test_id")

@@ -129,6 +129,7 @@ rule split:
 
 rule funnel:
     input:
+        generate=expand("results/candidates/{repo}.manifest.json", repo=ALL_REPOS),
         ingest=expand("results/tasks/{repo}.report.json", repo=ALL_REPOS),
         validate=expand("results/validated/{repo}.report.json", repo=ALL_REPOS),
         extra="results/tasks/extra/report.json",
@@ -146,7 +147,7 @@ rule funnel:
         mem_mb=1000,
         runtime=5,
     shell:
-        "forgeline funnel {CONFIG} --ingest-reports {input.ingest}"
+        "forgeline funnel {CONFIG} --generate-manifests {input.generate} --ingest-reports {input.ingest}"
         " --validate-reports {input.validate} --extra-report {input.extra} --split {input.split}"
         " --out {output.metrics} --manifest {output.manifest} --log {log}"
 

@@ -76,7 +76,10 @@ def _inputs(tmp: Path) -> dict[str, object]:
                     for i in range(8)] for name, repo in (("train", "alpha"), ("test", "beta"))}
     split = sp.split_summary(insts, {"train": 0.5, "test": 0.5}, seed=7)
     write_json(tmp / "split.json", split)
-    funnel = fn.funnel(ingest, validate, split, ["alpha", "beta"])
+    generated = {"alpha": {"repo": "alpha", "kept": 11, "baseline": {"unnameable": ["t[a b]", "t[1 - 2]"]}}}
+    funnel = fn.funnel(ingest, validate, split, ["alpha", "beta"], generated)
+    assert funnel["repos"]["alpha"]["unnameable_tests"] == 2 and funnel["totals"]["unnameable_tests"] == 2
+    assert funnel["totals"]["candidates"] == 11 and funnel["repos"]["beta"]["candidates"] is None
     write_json(tmp / "funnel.json", funnel)
     (tmp / "dag.dot").write_text(RULEGRAPH)
     write_json(tmp / "alpha.image.json", {"repo": "alpha", "commit": "a" * 40, "tag": "forgeline/alpha:aaaaaaaa",

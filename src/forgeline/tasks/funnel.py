@@ -1,4 +1,5 @@
-"""The task funnel: candidates -> ingested -> validated -> split, with rejections per check.
+"""The task funnel: candidates -> ingested -> validated -> split, with rejections per check
+(and the clean tests no grader could name, excluded by the generator).
 
 With the external files' report (records sharded to configured repositories, rejected, or
 unattributed), every record read is counted once.
@@ -17,12 +18,20 @@ log = logging.getLogger(__name__)
 
 
 def funnel(ingest_reports: dict[str, dict], validate_reports: dict[str, dict], split: dict,
-           pool: list[str]) -> dict:
-    """Counts at each step, per repository and in total (plain data in, plain data out)."""
+           pool: list[str], generate_notes: dict[str, dict] | None = None) -> dict:
+    """Counts at each step, per repository and in total (plain data in, plain data out).
+
+    `generate_notes` (the generator's manifest notes per repository) adds the clean tests the
+    generator never used because the reference graders' log parsers cannot name them
+    (docs/grading.md), and the candidates kept."""
     per_repo = {}
+    generate_notes = generate_notes or {}
     for repo in sorted(ingest_reports):
         ing, val = ingest_reports[repo], validate_reports.get(repo, {})
+        gen = generate_notes.get(repo, {})
         per_repo[repo] = {
+            "candidates": gen.get("kept"),
+            "unnameable_tests": len(gen.get("baseline", {}).get("unnameable", [])),
             "ingested": ing["accepted"],
             "ingest_rejected": ing["rejected"],
             "validated": val.get("validated", 0),
@@ -38,6 +47,8 @@ def funnel(ingest_reports: dict[str, dict], validate_reports: dict[str, dict], s
     return {
         "repos": per_repo,
         "totals": {
+            "candidates": sum(r["candidates"] or 0 for r in per_repo.values()),
+            "unnameable_tests": sum(r["unnameable_tests"] for r in per_repo.values()),
             "ingested": sum(r["ingested"] for r in per_repo.values()),
             "validated": sum(r["validated"] for r in per_repo.values()),
             "pool": sum(r["validated"] for n, r in per_repo.items() if n in pool),
@@ -50,6 +61,8 @@ def funnel(ingest_reports: dict[str, dict], validate_reports: dict[str, dict], s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--generate-manifests", nargs="*", default=[], metavar="JSON",
+                        help="the generator's manifests (results/candidates/REPO.manifest.json)")
     parser.add_argument("--ingest-reports", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--validate-reports", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--extra-report", required=True, help="report.json of ingest-extra")
@@ -65,12 +78,15 @@ def _by_repo(paths: list[str]) -> dict[str, dict]:
 
 def run(cfg, args: argparse.Namespace) -> None:
     repos = cfg["repos"]
-    inputs = [*args.ingest_reports, *args.validate_reports, args.extra_report, args.split]
+    inputs = [*args.generate_manifests, *args.ingest_reports, *args.validate_reports,
+              args.extra_report, args.split]
     manifest = Manifest(stage="funnel", params={"repos": repos}, inputs=inputs,
                         code=stage_sources(__name__))
     extra = json.loads(Path(args.extra_report).read_text(encoding="utf-8"))
     summary = funnel(_by_repo(args.ingest_reports), _by_repo(args.validate_reports),
-                     json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos["pool"]))
+                     json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos["pool"]),
+                     {n["repo"]: n for n in (json.loads(Path(p).read_text(encoding="utf-8"))["notes"]
+                                             for p in args.generate_manifests)})
     summary["extra_sources"] = {k: extra[k] for k in ("records", "accepted", "rejected",
                                                       "rejected_by_category", "unattributed")}
     write_json(args.out, summary)

@@ -74,3 +74,12 @@ bench-trl:
 	$(TRL_VENV)/bin/pip install -q --upgrade pip
 	$(TRL_VENV)/bin/pip install -q $(PIP_FIND) '$(TORCH)'
 	$(TRL_VENV)/bin/pip install -q $(TRL_PINS)
+
+# `make graders`: the venvs of the reference graders that tests/test_conformance.py and
+# bench/grader_agreement.py grade forgeline's tasks with (scripts/reference_grade.py):
+# .venv-swebench/ (swebench 5.0.2) and .venv-swesmith/ (swesmith 0.0.9, which needs swebench 4.1.0,
+# hence two). Same code as the tests' fixtures (tests/venvs.py: pinned envs/*-requirements.txt,
+# a sha256 stamp, a lock), so `make test` creates them on demand too and reuses these.
+.PHONY: graders
+graders: setup
+	$(BIN)/python tests/venvs.py swebench swesmith

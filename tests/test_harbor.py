@@ -5,8 +5,6 @@ including a reward file planted before the verifier runs."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import glob
 import hashlib
 import io
 import json
@@ -28,13 +26,12 @@ from forgeline.tasks import harbor
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
 from tiny_project import TINY_REPOS, write_repo
+import venvs
 
-# FORGELINE_HARBOR_VENV moves it (e.g. to check a from-scratch install without losing this one)
-HARBOR_VENV = Path(os.environ.get("FORGELINE_HARBOR_VENV") or ROOT / ".venv-harbor")
-HARBOR_REQUIREMENTS = ROOT / "envs" / "harbor-requirements.txt"
 SPLIT_NAMES = ("test", "train", "val")
 
-# gamma's P2P holds a skipped and an xfail test: both count as passes for PASS_TO_PASS
+# gamma's suite has a skipped and an xfail test; its P2P holds the xfail one (XFAIL passes, SKIPPED
+# would fail: docs/grading.md)
 GAMMA_EXTRA_TESTS = ("\n\nimport pytest\n\n\n@pytest.mark.skip(reason='not today')\ndef test_skipped():\n"
                      "    assert False\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known_bad():\n"
                      "    assert span([1]) == 1\n")
@@ -46,7 +43,7 @@ BUGS = {
     "beta": ("        if x > t:\n", "        if x >= t:\n",
              ["test_count_above_edge"], ["test_count_above", "test_scale"]),
     "gamma": ("    return n % 2 == 0\n", "    return n % 2 == 1\n",
-              ["test_even", "test_odd"], ["test_known_bad", "test_skipped", "test_span"]),
+              ["test_even", "test_odd"], ["test_known_bad", "test_span"]),
 }
 
 
@@ -78,9 +75,9 @@ def instances(repos: Path) -> list[dict]:
         patch = make_patch(f"{name}/__init__.py", source, source.replace(old, new, 1))
         tfile = f"tests/test_{name}.py"
         out.append({
-            "instance_id": instance_id(name, snap.commit, "op_swap",
+            "instance_id": instance_id(snap.repo_name, "op_swap",
                                        hashlib.sha256(patch.encode()).hexdigest()),
-            "repo": name, "base_commit": snap.commit, "image_name": snap.image,
+            "repo": snap.repo, "base_commit": snap.commit, "image_name": snap.image,
             "created_at": "2000-01-01T00:00:00Z", "patch": patch,
             "FAIL_TO_PASS": [f"{tfile}::{t}" for t in f2p],
             "PASS_TO_PASS": [f"{tfile}::{t}" for t in p2p],
@@ -150,7 +147,7 @@ def task_dirs(out: Path) -> list[Path]:
 
 
 def task_dir_of(out: Path, repo: str) -> Path:
-    (found,) = [d for d in task_dirs(out) if d.name.startswith(f"{repo}.")]
+    (found,) = [d for d in task_dirs(out) if d.name.startswith(f"forgeline__{repo}.")]
     return found
 
 
@@ -188,7 +185,7 @@ def test_layout_and_task_toml(project):
     assert conf["schema_version"] == "1.4" and conf["artifacts"] == ["/testbed"]
     assert conf["task"] == {"name": f"forgeline/{iid}"}
     assert conf["metadata"] == {
-        "instance_id": iid, "repo": "beta", "base_commit": snap.commit, "split": split_name,
+        "instance_id": iid, "repo": snap.repo, "base_commit": snap.commit, "split": split_name,
         "bug_type": "op_swap", "split_digest": split_json["digest"],
         "split_digest_scheme": "forgeline.split.v1",
         "content_digest": dict(split_json["instances"][split_name])[iid],
@@ -211,7 +208,8 @@ def test_layout_and_task_toml(project):
     assert cfg["test_timeout_s"] == 120.0
     dockerfile = (task / "environment/Dockerfile").read_text()
     assert "ARG BASE_IMAGE=debian:bookworm-slim" in dockerfile
-    assert "python3 python3-pytest git" in dockerfile or "git python3 python3-pytest" in dockerfile
+    packages = yaml.safe_load((ROOT / "params.yaml").read_text())["sandbox"]["docker"]["base_image"]["packages"]
+    assert "apt-get install" in dockerfile and " ".join(sorted(packages)) in dockerfile
 
 
 def test_digests_are_harbors_and_the_export_is_deterministic(project, tmp_path):
@@ -285,59 +283,14 @@ def test_toml_strings_round_trip():
 
 # -- the real harbor package ---------------------------------------------------------------
 
-def _python312() -> str | None:
-    """A Python >= 3.12, 3.12 first (the pins were frozen on 3.12.1): $FORGELINE_PYTHON312,
-    python3.12 on PATH (a pyenv shim may not run), pyenv's installs, then any later 3.x."""
-    pyenv = os.path.expanduser("~/.pyenv/versions")
-    candidates = [os.environ.get("FORGELINE_PYTHON312"), shutil.which("python3.12"),
-                  *sorted(glob.glob(f"{pyenv}/3.12*/bin/python3.12"), reverse=True),
-                  "/usr/bin/python3.12",
-                  *sorted(glob.glob(f"{pyenv}/3.1[3-9]*/bin/python3"), reverse=True)]
-    for exe in filter(None, candidates):
-        try:
-            ok = subprocess.run([exe, "-c", "import sys; assert sys.version_info >= (3, 12)"],
-                                capture_output=True, timeout=30).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            return exe
-    return None
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="session")
 def harbor_python() -> Path:
-    """.venv-harbor/bin/python with envs/harbor-requirements.txt installed; created once and
-    reused (a stamp holds the requirements' sha256; a changed file reinstalls into it)."""
-    python = HARBOR_VENV / "bin" / "python"
-    stamp = HARBOR_VENV / ".forgeline-requirements.sha256"
-    want = hashlib.sha256(HARBOR_REQUIREMENTS.read_bytes()).hexdigest()
-    with _locked(ROOT / ".forgeline" / "venv-harbor.lock"):
-        if stamp.is_file() and stamp.read_text().strip() == want and python.exists():
-            return python
-        works = python.exists() and subprocess.run(
-            [python, "-c", "import sys; assert sys.version_info >= (3, 12)"],
-            capture_output=True).returncode == 0
-        if not works:
-            base = _python312()
-            if base is None:
-                unavailable("no Python >= 3.12 for the harbor package (set FORGELINE_PYTHON312)")
-            shutil.rmtree(HARBOR_VENV, ignore_errors=True)
-            subprocess.run([base, "-m", "venv", str(HARBOR_VENV)], check=True, timeout=300)
-        res = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                              "-r", str(HARBOR_REQUIREMENTS)], capture_output=True, text=True,
-                             timeout=1800)
-        if res.returncode != 0:
-            unavailable(f"installing harbor into {HARBOR_VENV} failed: {res.stderr[-1500:]}")
-        stamp.write_text(want + "\n")
-    return python
+    """.venv-harbor/bin/python with envs/harbor-requirements.txt installed (tests/venvs.py:
+    created once, reused while the requirements' sha256 matches its stamp)."""
+    try:
+        return venvs.ensure(venvs.HARBOR)
+    except venvs.VenvError as exc:
+        unavailable(str(exc))
 
 
 LOADER = r"""
@@ -450,7 +403,7 @@ def test_oracle_and_verifier_in_process(project, tmp_path):
     reward, report = _verify(task, bugged, tmp_path / "logs1")
     assert reward == "0\n" and not report["resolved"]
     assert report["fail_to_pass"] == {"passed": 0, "total": 2}
-    assert report["pass_to_pass"] == {"passed": 3, "total": 3}  # SKIPPED and XFAIL pass P2P
+    assert report["pass_to_pass"] == {"passed": 2, "total": 2}  # XFAIL passes P2P
 
     # the oracle: solve.sh, then the verifier writes 1
     fixed = _testbed(task, tmp_path / "fixed")

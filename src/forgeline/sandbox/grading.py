@@ -11,8 +11,8 @@ Rules, the same for generation, validation, the verifier and the Harbor export:
   (PASSED < XFAIL < SKIPPED < XPASS < FAILED < ERROR);
 - resolved = every FAIL_TO_PASS and every PASS_TO_PASS test PASSED or XFAILed. Every listed
   test PASSED on the clean snapshot, so a SKIPPED (or absent) one counts as failed in both
-  lists: a `pytest.skip()` reached from the package cannot win (SWE-bench 5 ignores SKIPPED
-  tests instead; docs/grading.md);
+  lists: a `pytest.skip()` reached from the package cannot win (swebench 5.0.2 agrees, as its
+  parser never names a skipped test; swesmith 0.0.9 ignores one: docs/grading.md);
 - ids the SWE-bench / SWE-smith log parsers cannot represent (`representable`: they split
   status lines on whitespace) never enter FAIL_TO_PASS / PASS_TO_PASS.
 

@@ -8,9 +8,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from forgeline.workflow.dag import (all_repos, checked_config, config_args, params_of, repo_files,
-                                    stage_code)
+from forgeline.workflow.dag import (all_repos, checked_config, checked_yaml, config_args, params_of,
+                                    repo_files, stage_code)
 
+# A config error ends the parse with one message that names the file and line (no stack frames).
+checked_yaml("params.yaml")
 configfile: "params.yaml"
 
 # params.yaml plus any --configfile overlays, in the order Snakemake merged them.

@@ -269,3 +269,39 @@ def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):
     for r, s in zip(rows, ref):
         assert (r["episodes"], r["kept"], r["drops"], r["tokens"]) == (s["episodes"], s["kept"], s["drops"], s["tokens"])
         assert r["reward_mean"] == pytest.approx(s["reward_mean"]) and r["value_loss"] == pytest.approx(s["value_loss"], rel=1e-4)
+
+
+def test_adapter_loads_with_peft_auto_classes_from_any_directory(tok, tmp_path, monkeypatch):
+    """PEFT hands the adapter's base_model_name_or_path to transformers, which resolves it
+    against the CURRENT directory. The path the stage is given (results/policy/sft, relative to
+    the project root) would load only from there; the absolute path recorded in its place loads
+    from anywhere. A hub base is recorded as its id at its pinned commit."""
+    project = tmp_path / "project"
+    policy = project / "results" / "policy" / "sft"
+    tok.save_pretrained(policy)
+    tiny_lm(tok).save_pretrained(policy)
+    monkeypatch.chdir(project)
+    from transformers import AutoModelForCausalLM
+    base = AutoModelForCausalLM.from_pretrained("results/policy/sft")  # as the rule passes it
+    actor = ppo.make_actor(base, ppo.ppo_config({})["lora"], seed=1)
+    ppo.save_adapter(actor, "results/adapter", ppo.base_reference("results/policy/sft", {"source": "sft"}))
+    ppo.save_adapter(actor, "results/adapter-as-peft-wrote-it")
+    recorded = json.loads((project / "results/adapter/adapter_config.json").read_text())
+    assert recorded["base_model_name_or_path"] == str(policy)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import sys\nfrom peft import AutoPeftModelForCausalLM\n"
+            "model = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1])\n"
+            "print('LOADED', type(model).__name__, model.peft_config['default'].base_model_name_or_path)\n")
+    env = {**_env(), "HF_HUB_OFFLINE": "1"}  # a local base: nothing may be fetched
+
+    def load(adapter: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code, str(project / "results" / adapter)],
+                              cwd=elsewhere, capture_output=True, text=True, env=env, timeout=120)
+
+    proc = load("adapter")
+    assert proc.returncode == 0 and "LOADED PeftModelForCausalLM" in proc.stdout, proc.stderr[-3000:]
+    assert load("adapter-as-peft-wrote-it").returncode != 0  # PEFT's own relative record
+    pinned = {"source": "hub", "hub": {"repo_id": "org/agent-8b", "revision": "a" * 40}}
+    assert ppo.base_reference("results/policy/hub", pinned) == {
+        "base_model_name_or_path": "org/agent-8b", "revision": "a" * 40}

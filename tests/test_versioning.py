@@ -137,6 +137,51 @@ def test_verify_names_a_corrupted_byte_and_a_deleted_artifact(origin, tmp_path):
         "MISMATCH results/split/test.jsonl: missing [results/split/manifest.json]"], proc.stdout
 
 
+def test_verify_names_deleted_directory_stages_and_an_edited_manifest(origin, tmp_path):
+    """A directory output keeps its manifest inside: deleting it deletes its own record. The DAG's
+    outputs (dvc.yaml) name it; dvc.lock names an edited manifest. A failed check touches nothing
+    (no Snakemake call: .snakemake/ is never created in the fresh clone)."""
+    project = clone(origin, tmp_path / "clone")
+    for folder in ("results/adapter", "results/policy/sft"):
+        shutil.rmtree(project / folder)
+        proc = sh(project, "forgeline", "verify", check=False)
+        assert proc.returncode != 0, proc.stderr[-2000:]
+        assert any(line.startswith(f"MISMATCH {folder}: missing") for line in proc.stdout.splitlines()), \
+            proc.stdout
+        assert folder in proc.stderr
+        assert not (project / ".snakemake").exists()
+        sh(project, "dvc", "checkout", "--force")
+    report = project / "results/report/manifest.json"
+    record = json.loads(report.read_text())
+    record["params"] = {**record.get("params", {}), "edited": True}  # its outputs still match
+    report.write_text(json.dumps(record, indent=2))
+    proc = sh(project, "forgeline", "verify", check=False)
+    assert proc.returncode != 0
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == \
+        ["MISMATCH results/report/manifest.json"], proc.stdout
+    assert "dvc.lock" in proc.stdout and not (project / ".snakemake").exists()
+    sh(project, "dvc", "checkout", "--force")
+    sh(project, "forgeline", "verify")
+
+
+def test_partial_pull_verifies_with_partial_only(origin, tmp_path):
+    """`dvc pull --with-deps split`: the stages up to the split. verify fails (stages missing)
+    unless --partial, which lists the rest as not pulled and touches only what is there."""
+    project = clone(origin, tmp_path / "partial", pull=False)
+    sh(project, "dvc", "pull", "--with-deps", "split")
+    proc = sh(project, "forgeline", "verify", check=False)
+    assert proc.returncode != 0 and "MISMATCH results/report/report.html: missing: stage report " \
+        "is not in the tree" in proc.stdout, proc.stdout[-3000:]
+    proc = sh(project, "forgeline", "verify", "--partial")
+    assert "not pulled (--partial)" in proc.stderr and "report" in proc.stderr, proc.stderr
+    plan = sh(project, "snakemake", "-n", "--cores", "1", "results/split/split.json").stdout
+    assert "Nothing to be done" in plan, plan[-3000:]
+    # a pulled stage half deleted is a failure even with --partial
+    (project / "results/split/val.jsonl").unlink()
+    proc = sh(project, "forgeline", "verify", "--partial", check=False)
+    assert proc.returncode != 0 and "MISMATCH results/split/val.jsonl: missing" in proc.stdout
+
+
 def manifest_sha(project: Path, rel: str) -> str:
     for manifest in (project / "results").rglob("*manifest.json"):
         for out in json.loads(manifest.read_text())["outputs"]:

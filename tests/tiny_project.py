@@ -125,9 +125,15 @@ WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables
                     "results/report/report.html", "results/adapter/checkpoint-summary.json")
 
 
+# Fields that name the checkout a stage ran in: the adapter's base, by absolute path so that
+# PEFT's Auto classes load it from any working directory (train/ppo.py base_reference).
+CHECKOUT_KEYS = {"base_model_name_or_path"}
+
+
 def _without_wall_clock(value):
     if isinstance(value, dict):
-        return {k: _without_wall_clock(v) for k, v in value.items() if k not in WALL_CLOCK_KEYS}
+        return {k: _without_wall_clock(v) for k, v in value.items()
+                if k not in WALL_CLOCK_KEYS and k not in CHECKOUT_KEYS}
     if isinstance(value, list):
         return [_without_wall_clock(v) for v in value]
     return value

@@ -105,7 +105,8 @@ def validate(data: dict, files: Iterable[Path] = (), schema: dict | None = None)
             extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
             if extra:  # point at the unknown key itself, not at its parent
                 path = path + (extra[0],)
-        location = "config"
+        # a key no file sets (a missing required key): the base file, where it belongs
+        location = str(files[0]) if files else "config"
         for f in reversed(files):  # the last file that sets a key is the one that counts
             probe = path
             while probe and probe not in key_maps[f]:
@@ -122,20 +123,26 @@ def load(files: Iterable[str | Path] | None = None) -> Config:
     paths = [Path(f) for f in (files or [DEFAULT_CONFIG])]
     merged: dict = {}
     for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found (run from the project root, or "
-                              f"pass --config PATH)")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path}{line}: not valid YAML: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}:1: a config file must be a mapping of sections")
-        merged = deep_merge(merged, loaded)
+        merged = deep_merge(merged, read_file(path))
     validate(merged, paths)
     return Config(merged, paths)
+
+
+def read_file(path: str | Path) -> dict:
+    """One config file as a mapping; ConfigError naming the file (and the line of a YAML error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found (run from the project root, or "
+                          f"pass --config PATH)")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{line}: not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}:1: a config file must be a mapping of sections")
+    return loaded
 
 
 def flatten(section: Any, prefix: str) -> list[str]:

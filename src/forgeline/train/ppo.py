@@ -582,15 +582,35 @@ def checkpoint_summary(folder: Path, step: int) -> dict[str, Any]:
             "bytes": sum(f["bytes"] for f in files.values()), "files": files}
 
 
-def save_adapter(actor, folder: str | Path) -> None:
+def base_reference(policy: str | Path, base_section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the adapter's config names as its base, so that PEFT's Auto classes
+    (`AutoPeftModelForCausalLM.from_pretrained(adapter)`) find it from any working directory.
+
+    PEFT hands `base_model_name_or_path` to transformers, which resolves a path against the
+    CURRENT directory (not the adapter's folder) and takes anything else for a hub id. So a hub
+    base (`policy.base.source: hub`) is named by its repository id at its pinned commit
+    (`revision`, which PEFT passes on): the same bytes in every checkout. A local base (the tiny
+    policy) is named by its absolute path in the checkout the stage ran in; elsewhere (a `dvc
+    pull` into another folder) give the base explicitly (docs/ppo.md, "Loading the adapter").
+    """
+    section = base_section or {}
+    hub = section.get("hub") or {}
+    if section.get("source") == "hub" and hub.get("repo_id"):
+        return {"base_model_name_or_path": hub["repo_id"], "revision": hub.get("revision")}
+    return {"base_model_name_or_path": os.path.abspath(policy), "revision": None}
+
+
+def save_adapter(actor, folder: str | Path, base: Mapping[str, Any] | None = None) -> None:
     """The adapter in PEFT's format; target_modules sorted (PEFT writes a set: its order would
-    change with the interpreter's hash seed, and with it the file's bytes)."""
+    change with the interpreter's hash seed, and with it the file's bytes); `base` (see
+    `base_reference`) replaces the base model PEFT recorded (the path the stage was given)."""
     folder = Path(folder)
     actor.save_pretrained(folder)
     path = folder / "adapter_config.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])
+    config.update(base or {})
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -804,7 +824,7 @@ def _run(cfg, args: argparse.Namespace) -> None:
                 return
     if rank == 0:
         with atomic_dir(out, owned=(MANIFEST_NAME, "adapter_config.json")) as tmp:
-            save_adapter(actor, tmp)
+            save_adapter(actor, tmp, base_reference(args.policy, cfg.data.get("policy", {}).get("base")))
             (tmp / TRAIN_LOG).write_text("".join(canonical_json(r) + "\n" for r in rows), encoding="utf-8")
             plot_log(rows, tmp)
             write_json(tmp / SUMMARY, checkpoint_summary(tmp, steps))

@@ -31,9 +31,63 @@ def repo_files(repos_root: str | Path, repo: str) -> list[str]:
     return [str(p) for p in snapshot_files(root)]
 
 
+def checked_yaml(*files: str | Path) -> None:
+    """Parse each config file before Snakemake's `configfile:` does: a YAML error names the
+    file and line (Snakemake's own message names neither). Exits with the message alone."""
+    try:
+        for f in files:
+            config_mod.read_file(f)
+    except config_mod.ConfigError as exc:
+        raise SystemExit(f"forgeline: {exc}") from None
+
+
 def checked_config(config: dict, files: Iterable[str | Path]) -> None:
-    """Validate Snakemake's merged config with forgeline's schema, naming file and line."""
-    config_mod.validate(config, [Path(f) for f in files])
+    """Validate Snakemake's merged config with forgeline's schema, naming file and line, and
+    check that the files it names exist. A problem ends the parse with the message alone (no
+    stack frames): SystemExit, which Snakemake prints as it is."""
+    paths = [Path(f) for f in files]
+    try:
+        config_mod.validate(config, paths)
+        missing_extra_sources(config, paths)
+    except config_mod.ConfigError as exc:
+        raise SystemExit(f"forgeline: {exc}") from None
+
+
+def missing_extra_sources(config: dict, files: list[Path]) -> None:
+    """ConfigError for each `tasks.ingest.extra_sources` entry that is not a file. Snakemake would
+    skip ingest_extra on a finished tree (its outputs exist) and never notice the missing input."""
+    sources = (config.get("tasks") or {}).get("ingest", {}).get("extra_sources") or []
+    missing = [(i, s) for i, s in enumerate(sources) if not Path(s).is_file()]
+    if not missing:
+        return
+    key = ("tasks", "ingest", "extra_sources")
+    where = "config"
+    lines: dict = {}
+    for f in reversed(files):  # lists are replaced whole: the last file that sets it holds it
+        lines = config_mod._key_lines(f, f.read_text(encoding="utf-8"))
+        if key in lines:
+            where = str(f)
+            break
+    raise config_mod.ConfigError("\n  ".join(
+        ["tasks.ingest.extra_sources names files that do not exist:"]
+        + [f"{where}:{lines.get(key + (i,), lines.get(key, 1))}: {src}: no such file "
+           f"(relative to {Path.cwd()}); fix the path, or remove it from the list"
+           for i, src in missing]))
+
+
+# `forgeline check-config`: the parse-time checks without Snakemake. Snakemake reads
+# `--configfile` overlays itself before the Snakefile runs and reports a YAML error there
+# without file or line; this names both (the CLI loads the files with forgeline.config).
+def add_arguments(parser) -> None:
+    pass
+
+
+def run(cfg, args) -> None:
+    try:
+        missing_extra_sources(cfg.data, list(cfg.files))
+    except config_mod.ConfigError as exc:
+        raise SystemExit(f"forgeline: {exc}") from None
+    print(f"config OK: {', '.join(map(str, cfg.files))}")
 
 
 def params_of(config: dict, *sections: str) -> dict:
@@ -53,4 +107,4 @@ def all_repos(config: dict) -> list[str]:
     return sorted(set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", [])))
 
 
-__all__ = ["all_repos", "checked_config", "config_args", "params_of", "repo_files", "stage_code"]
+__all__ = ["all_repos", "checked_config", "checked_yaml", "config_args", "params_of", "repo_files", "stage_code"]

@@ -1,17 +1,33 @@
 """`forgeline verify`: check every artifact under results/ against the manifest that made it.
 
 After `dvc pull` (or any copy of a results/ tree) this is the proof that the files on disk are
-the files the stages wrote: each `*manifest.json` lists its outputs with bytes and sha256 (a
-directory: kind dir, file count and tree digest). Every mismatch is reported by file (missing,
-size differs, sha256 differs), as are files under results/ that no manifest lists and recorded
-inputs that have changed since (a stale artifact); any problem exits 1.
+the files the stages wrote. Three records are compared with the tree, each catching what the
+others cannot:
 
-On success it tells Snakemake that the verified files are current: `snakemake --touch` over the
-jobs that wrote them (pulled files carry the time of the pull, in no particular order, so
-without it Snakemake would rebuild what was just verified). `--no-touch` skips that.
+- the manifests: each `*manifest.json` lists its outputs with bytes and sha256 (a directory:
+  kind dir, file count and tree digest) and its inputs; a file that differs (missing, size,
+  sha256), a recorded input that changed since (a stale artifact), a file no manifest lists and
+  an unreadable manifest are problems;
+- the DAG's own list of outputs, per stage (dvc.yaml's outs, metrics and plots; without a
+  dvc.yaml, or with config overlays, the Snakefile's DAG for that config): a stage whose outputs
+  are gone takes its manifest with it (a directory output keeps its manifest inside), so only
+  this list can say that `results/adapter` or `results/policy/sft` should be there;
+- dvc.lock, when there is one (a tagged run): the md5 DVC recorded for every output, manifests
+  included, outside the outputs themselves, so an edited manifest is caught too.
+
+Completeness: by default every stage of the DAG must be present (what a plain `dvc pull`
+gives). With `--partial` (after `dvc pull TARGETS`), a stage whose outputs are ALL absent and
+that no present manifest was built from is "not pulled" and listed, not a problem; a stage with
+some outputs present, or one that a present manifest read as input, must be complete.
+
+Any problem exits 1 and touches nothing. On success it tells Snakemake that the verified files
+are current: `snakemake --touch` over the jobs that wrote them (pulled files carry the time of
+the pull, in no particular order, so without it Snakemake would rebuild what was just
+verified). `--no-touch` skips that.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,7 +58,9 @@ class Problem:
     manifests: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        said = f" [{', '.join(self.manifests)}]" if self.manifests else ""
+        names = list(self.manifests[:3]) + ([f"{len(self.manifests) - 3} more"]
+                                            if len(self.manifests) > 3 else [])
+        said = f" [{', '.join(names)}]" if names else ""
         return f"{self.path}: {self.what}{said}"
 
 
@@ -105,17 +123,40 @@ def _rel(root: Path, path: Path) -> str:
 
 
 def check(root: Path, results: Path, inputs: bool = True) -> tuple[list[Problem], list[Path], int]:
-    """(problems, manifests read, artifacts verified) for the results tree below `root`.
+    """(problems, manifests read, artifacts verified): the manifests' part of `check_tree`."""
+    found = check_tree(root, results, inputs=inputs)
+    return found.problems, found.manifests, found.verified
+
+
+@dataclass
+class Findings:
+    """What `check_tree` found: problems (one per path), the manifests read, how many recorded
+    outputs matched, and the stages that are wholly absent and allowed to be (--partial)."""
+
+    problems: list[Problem]
+    manifests: list[Path]
+    verified: int
+    not_pulled: list[str]
+
+
+def check_tree(root: Path, results: Path, inputs: bool = True,
+               stages: dict[str, list[str]] | None = None,
+               locked: dict[str, dict[str, Any]] | None = None,
+               partial: bool = False) -> Findings:
+    """Check the results tree below `root` against its manifests, the DAG's outputs per stage
+    (`stages`: stage name -> output paths, see `dag_outputs`) and dvc.lock's records of those
+    outputs (`locked`: path -> {md5, size, nfiles}, see `lock_records`).
 
     Manifest paths are relative to the project root (the directory the stages ran in).
     With `inputs`, each recorded input is compared too: a source outside results/ that changed
     or is missing, or an upstream artifact that differs from what a later stage read, makes
-    the artifacts built from it stale. Each file is reported once.
+    the artifacts built from it stale. Each path is reported once, with its first reason.
     """
     results_abs = results if results.is_absolute() else root / results
     manifests = sorted(results_abs.rglob("*manifest.json"))
     outputs_wrong: list[Problem] = []
     inputs_wrong: dict[tuple[str, str], list[str]] = {}
+    read_by: dict[str, list[str]] = {}  # artifact under results/ -> manifests that read it
     unreadable: list[Problem] = []
     listed: set[str] = set()
     observed: dict[str, dict | None] = {}
@@ -140,27 +181,145 @@ def check(root: Path, results: Path, inputs: bool = True) -> tuple[list[Problem]
                 outputs_wrong.append(Problem(rel, what, (mrel,)))
             else:
                 verified += 1
-        for expected in record.get("inputs", []) if inputs else []:
+        for expected in record.get("inputs", []):
             rel = expected["path"]
+            if _is_below(rel, results):  # what it was built from must be here (--partial too)
+                read_by.setdefault(Path(rel).as_posix(), []).append(mrel)
+            if not inputs:
+                continue
             if rel not in observed:
                 observed[rel] = _observe(root, rel)
-            if observed[rel] is None and _is_below(rel, results):
-                continue  # a missing upstream artifact is reported through its own manifest
             what = compare(expected, observed[rel])
             if what:
                 inputs_wrong.setdefault((rel, what), []).append(mrel)
-    wrong_outputs = {p.path for p in outputs_wrong}
-    problems = unreadable + outputs_wrong
+    problems: dict[str, Problem] = {}
+
+    def report(problem: Problem) -> None:
+        problems.setdefault(problem.path, problem)  # first reason wins
+
+    for problem in unreadable + outputs_wrong:
+        report(problem)
     for (rel, what), by in sorted(inputs_wrong.items()):
-        if rel in wrong_outputs:
-            continue  # already reported as an output
-        problems.append(Problem(rel, f"input {what}: the artifacts built from it are stale",
-                                tuple(by)))
+        if what == "missing" and _is_below(rel, results):
+            what = "missing: an input of artifacts that are present"
+        else:
+            what = f"input {what}: the artifacts built from it are stale"
+        report(Problem(rel, what, tuple(by)))
     present = sorted(_rel(root, p) for p in results_abs.rglob("*")
                      if p.is_file() and p.name not in NOT_ARTIFACTS)
-    problems.extend(Problem(p, "not listed in any manifest (its manifest is missing?)")
-                    for p in unlisted(present, listed))
-    return problems, manifests, verified
+    for p in unlisted(present, listed):
+        report(Problem(p, "not listed in any manifest (its manifest is missing?)"))
+    not_pulled = []
+    for name, outs in sorted((stages or {}).items()):
+        gone = [o for o in outs if not (root / o).exists()]
+        if not gone:
+            continue
+        if len(gone) < len(outs):
+            why = f"missing: stage {name} wrote it, and its other outputs are here"
+        elif needed := sorted({m for o in outs for rel, by in read_by.items()
+                               if _is_below(rel, Path(o)) for m in by}):
+            why = f"missing: stage {name} wrote it, and present artifacts were built from it"
+            for o in gone:
+                report(Problem(o, why, tuple(needed)))
+            continue
+        elif partial:
+            not_pulled.append(name)
+            continue
+        else:
+            why = (f"missing: stage {name} is not in the tree (`dvc pull {name}`; a partial "
+                   "pull: verify --partial)")
+        for o in gone:
+            report(Problem(o, why))
+    for rel, expected in sorted((locked or {}).items()):
+        if not (root / rel).exists():
+            continue  # absence is the stages' part above
+        what = compare_lock(root, rel, expected)
+        for path, diff in what:
+            report(Problem(path, f"{diff} (dvc.lock; edited since the run, or rebuilt without "
+                                 "`dvc commit`?)", ("dvc.lock",)))
+    return Findings(list(problems.values()), manifests, verified, not_pulled)
+
+
+# -- the DAG's outputs and dvc.lock's records of them ----------------------------------------
+
+def _paths(entries: list | None) -> list[str]:
+    """Paths of a dvc.yaml outs/metrics/plots list (plain strings or {path: options})."""
+    out = []
+    for entry in entries or []:
+        out.extend([entry] if isinstance(entry, str) else [str(k) for k in entry])
+    return out
+
+
+def dag_outputs(dvc_yaml: Path) -> dict[str, list[str]]:
+    """Stage name -> every output it declares (outs, metrics, plots), from dvc.yaml."""
+    import yaml
+    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    return {name: sorted(_paths(st.get("outs")) + _paths(st.get("metrics")) + _paths(st.get("plots")))
+            for name, st in stages.items()}
+
+
+def snakefile_outputs(snakefile: Path, config_files: list[str]) -> dict[str, list[str]]:
+    """The same map from the Snakefile's DAG for these config files (no dvc.yaml, or overlays)."""
+    from forgeline.workflow.dvc_export import snakemake_jobs, stage_name
+    return {stage_name(job): job["outs"] for job in snakemake_jobs(snakefile, config_files)}
+
+
+def lock_records(dvc_lock: Path, stages: dict[str, list[str]] | None = None) -> dict[str, dict]:
+    """Output path -> dvc.lock's record (md5, size, nfiles) of the stages still in the DAG."""
+    import yaml
+    locked = (yaml.safe_load(dvc_lock.read_text(encoding="utf-8")) or {}).get("stages", {})
+    out = {}
+    for name, stage in locked.items():
+        if stages is not None and name not in stages:
+            continue  # a stage the DAG no longer has
+        for key in ("outs", "metrics", "plots"):
+            for entry in stage.get(key) or []:
+                if isinstance(entry, dict) and entry.get("hash") == "md5" and "md5" in entry:
+                    out[str(entry["path"])] = entry
+    return out
+
+
+def _md5(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _dvc_tree(folder: Path) -> dict[str, str]:
+    """relpath -> md5 of each file of a directory output, as DVC lists it (.dvcignore's
+    Snakemake marker left out)."""
+    return {p.relative_to(folder).as_posix(): _md5(p) for p in folder.rglob("*")
+            if p.is_file() and p.name != SNAKEMAKE_MARKER}
+
+
+def dvc_dir_md5(tree: dict[str, str]) -> str:
+    """DVC 3's md5 of a directory: md5 of its sorted JSON listing, plus ".dir"."""
+    listing = [{"md5": md5, "relpath": rel} for rel, md5 in sorted(tree.items())]
+    return hashlib.md5(json.dumps(listing, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
+
+
+def compare_lock(root: Path, rel: str, expected: dict[str, Any]) -> list[tuple[str, str]]:
+    """[(path, what differs)] between dvc.lock's record of an output and the tree. A directory
+    that differs is named file by file when DVC's cache holds its listing (after a pull)."""
+    path = root / rel
+    want = str(expected["md5"])
+    if not path.is_dir():
+        return [] if _md5(path) == want else [(rel, f"md5 differs (dvc.lock {want[:12]}…)")]
+    tree = _dvc_tree(path)
+    if dvc_dir_md5(tree) == want:
+        return []
+    listing = root / ".dvc" / "cache" / "files" / "md5" / want[:2] / want[2:]
+    try:
+        recorded = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text(encoding="utf-8"))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return [(rel, f"directory differs (dvc.lock {want[:12]}…)")]
+    diffs = [(f"{rel}/{r}", "md5 differs" if r in tree and r in recorded else
+              "missing" if r in recorded else "not in the run's directory")
+             for r in sorted(set(tree) | set(recorded)) if tree.get(r) != recorded.get(r)]
+    return [(p, f"{what} (dvc.lock's {rel})") for p, what in diffs] or \
+        [(rel, f"directory differs (dvc.lock {want[:12]}…)")]
 
 
 def _is_below(rel: str, folder: Path) -> bool:
@@ -202,14 +361,34 @@ def add_arguments(parser) -> None:
                         help="only check; do not mark the verified files current for Snakemake")
     parser.add_argument("--no-inputs", action="store_true",
                         help="do not compare the inputs the manifests recorded")
+    parser.add_argument("--partial", action="store_true",
+                        help="a partial pull: stages wholly absent that nothing present was built "
+                             "from are listed as not pulled, not failures")
     parser.add_argument("--snakefile", default="Snakefile", type=Path)
 
 
 def run(cfg, args) -> None:
     root = args.root.resolve()
-    problems, manifests, verified = check(root, args.results, inputs=not args.no_inputs)
+    config_files = [str(f) for f in cfg.files]
+    overlays = [f for f in config_files if Path(f).name != "params.yaml"]
+    snakefile = args.snakefile if args.snakefile.is_absolute() else root / args.snakefile
+    if (root / "dvc.yaml").is_file() and not overlays:
+        stages = dag_outputs(root / "dvc.yaml")
+    elif snakefile.is_file():
+        stages = snakefile_outputs(snakefile, config_files)
+    else:
+        stages = None
+        log.warning("verify: neither dvc.yaml nor %s: a stage deleted whole is not detected",
+                    snakefile)
+    locked = lock_records(root / "dvc.lock", stages) if (root / "dvc.lock").is_file() else None
+    found = check_tree(root, args.results, inputs=not args.no_inputs, stages=stages,
+                       locked=locked, partial=args.partial)
+    problems, manifests, verified = found.problems, found.manifests, found.verified
     if not manifests and not problems:
         raise SystemExit(f"verify: no manifest under {args.results}: nothing to verify")
+    if found.not_pulled:
+        log.info("verify: %d stage(s) not pulled (--partial): %s", len(found.not_pulled),
+                 ", ".join(found.not_pulled))
     for problem in problems:
         print(f"MISMATCH {problem}")
     if problems:

@@ -6,18 +6,29 @@
   DIGEST (`sandbox.docker.base_image.source: pull`).
 - A repository image is the snapshot at its pinned commit under /testbed (envs/repo.Dockerfile),
   built through the docker SDK from a context tar assembled deterministically. Its label
-  `forgeline.build_input_digest` (sha256 over the base image id, the Dockerfile and every
-  context file) makes a rebuild of unchanged inputs a no-op that returns the same image.
+  `forgeline.build_input_digest` (sha256 over the base image id, the Dockerfile, every context
+  file and every wheel) makes a rebuild of unchanged inputs a no-op that returns the same image.
+  After a build (and a reuse), `git -C /testbed rev-parse HEAD` in the image must equal the
+  snapshot's commit (`RepoSnapshot.commit`); a mismatch fails the stage.
+- Test dependencies: a snapshot may declare them in LOCK_FILE (`forgeline-requirements.txt` at
+  its root), pip's requirements format with every line pinned, `NAME==VERSION
+  --hash=sha256:<64 hex>` (more hashes allowed, e.g. one per platform). Nothing is resolved:
+  the HOST fetches exactly those wheels once (`pip download --no-deps --only-binary :all:
+  --require-hashes` for the base image's Python and platform) into `.forgeline/wheels/`, they go
+  into the build context, and the Dockerfile installs them with `pip install --no-index
+  --no-deps --require-hashes` (the base image has python3-pip for that). The build itself never
+  touches a network. A repository without the file gets no wheels.
 - `push`/`pull` move images to and from a registry by digest.
 
 Stage `forgeline image --repo NAME --out results/images/NAME.json --manifest ...` writes the
-record {repo, commit, tag, image_id, base_image, build_input_digest}; rebuilding unchanged
-inputs rewrites the same bytes, so nothing downstream reruns.
+record {repo, commit, tag, image_id, base_image, build_input_digest, wheels, testbed_head}
+(wheels: [{name, version, file, sha256}]); rebuilding unchanged inputs rewrites the same bytes,
+so nothing downstream reruns.
 
 Config (`sandbox.docker.base_image`, defaults in BASE_IMAGE_DEFAULTS):
     source: mmdebstrap | pull
-    suite: bookworm                       # mmdebstrap only
-    packages: [python3, python3-pytest, git]
+    suite: bookworm                       # mmdebstrap; also names the Python/glibc wheels are for
+    packages: [python3, python3-pytest, python3-pip, git]
     ref: null                             # pull only: "REGISTRY/NAME@sha256:<64 hex>"
 """
 from __future__ import annotations
@@ -28,10 +39,15 @@ import fcntl
 import io
 import logging
 import os
+import platform
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -44,9 +60,17 @@ log = logging.getLogger(__name__)
 DEFAULT_DOCKERFILE = Path("envs/repo.Dockerfile")
 DEFAULT_CACHE_DIR = Path(".forgeline")
 BASE_IMAGE_DEFAULTS: dict[str, Any] = {
-    "source": "mmdebstrap", "suite": "bookworm", "packages": ["python3", "python3-pytest", "git"],
-    "ref": None,
+    "source": "mmdebstrap", "suite": "bookworm",
+    "packages": ["python3", "python3-pytest", "python3-pip", "git"], "ref": None,
 }
+# A snapshot's pinned test dependencies (pip requirements format, every line `==` + hashes).
+LOCK_FILE = "forgeline-requirements.txt"
+# What the base image's Python is, per Debian suite: the wheels fetched for it must fit.
+# (python version, glibc of the manylinux tag)
+SUITE_PYTHON = {"bookworm": ("3.11", "2_36"), "trixie": ("3.13", "2_41")}
+# In the build context: the wheels and the requirements file the Dockerfile installs from.
+WHEEL_DIR = "wheels"
+WHEEL_REQUIREMENTS = f"{WHEEL_DIR}/requirements.txt"
 # Fixed file metadata in the context tar (2000-01-01): mtimes and owners never change a digest.
 CONTEXT_MTIME = 946684800
 # mmdebstrap honours SOURCE_DATE_EPOCH: the same packages give the same tarball.
@@ -131,20 +155,231 @@ def context_tar(dockerfile_text: str, entries: list[tuple[str, int, bytes]]) -> 
     return buf.getvalue()
 
 
+# -- test dependencies: a pinned lock file, wheels fetched on the host -----------------------
+
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+_HASH = re.compile(r"^--hash=sha256:(?P<hex>[0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One line of a lock file: a distribution at one version, the sha256 its wheel may have."""
+    name: str                  # normalised (PEP 503): lowercase, runs of -_. as "-"
+    version: str
+    hashes: tuple[str, ...]    # hex sha256, sorted
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """A fetched wheel: what the record and the digest list, and where it lies in the cache."""
+    name: str
+    version: str
+    file: str
+    sha256: str
+    path: Path
+
+    def as_record(self) -> dict:
+        return {"name": self.name, "version": self.version, "file": self.file, "sha256": self.sha256}
+
+
+def normalize_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(text: str, source: str = LOCK_FILE) -> list[Pin]:
+    """The pins of a lock file, sorted by name. Only `NAME==VERSION --hash=sha256:HEX ...` lines
+    (continued with backslashes as pip allows) and comments: no options, ranges, URLs, extras or
+    markers, so what is installed is exactly what the file says. SandboxError names the line."""
+    pins: dict[str, Pin] = {}
+    logical: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if not pending:
+            start = lineno
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        pending += line
+        if pending.strip():
+            logical.append((start, pending.strip()))
+        pending = ""
+    if pending.strip():
+        logical.append((start, pending.strip()))
+    for lineno, line in logical:
+        where = f"{source}:{lineno}"
+        first, *rest = line.split()
+        pin = _PIN.match(first)
+        if not pin:
+            raise SandboxError(f"{where}: {first!r} is not NAME==VERSION (a lock file pins every test "
+                               "dependency exactly; no options, ranges, extras, markers or URLs)")
+        hashes = []
+        for token in rest:
+            h = _HASH.match(token)
+            if not h:
+                raise SandboxError(f"{where}: {token!r}: only --hash=sha256:<64 hex> may follow a pin")
+            hashes.append(h["hex"])
+        if not hashes:
+            raise SandboxError(f"{where}: {first} has no --hash=sha256:...; every wheel is pinned by its sha256")
+        name = normalize_name(pin["name"])
+        if name in pins:
+            raise SandboxError(f"{where}: {name} is pinned twice")
+        pins[name] = Pin(name, pin["version"], tuple(sorted(set(hashes))))
+    return [pins[n] for n in sorted(pins)]
+
+
+def snapshot_lock(snapshot_root: Path) -> list[Pin]:
+    """The snapshot's pins (LOCK_FILE at its root), or [] when it declares none."""
+    path = Path(snapshot_root) / LOCK_FILE
+    return read_lock(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
+
+
+def wheel_target(spec: dict) -> dict:
+    """What the base image runs: pip's --python-version/--platform/--abi for `pip download`, and
+    the tags a cached wheel must carry. Debian's architecture is this machine's (mmdebstrap)."""
+    if spec["suite"] not in SUITE_PYTHON:
+        raise SandboxError(f"sandbox.docker.base_image.suite {spec['suite']!r}: its Python is not known "
+                           f"here (known: {', '.join(sorted(SUITE_PYTHON))}), so no wheel can be chosen")
+    python, glibc = SUITE_PYTHON[spec["suite"]]
+    arch = platform.machine()
+    return {"python": python, "platforms": [f"manylinux_{glibc}_{arch}"],
+            "abis": [f"cp{python.replace('.', '')}", "abi3", "none"], "implementation": "cp"}
+
+
+def _target_tags(target: dict) -> list:
+    """Tags a wheel may carry to install on the target, best first (pip's own order)."""
+    from packaging import tags
+    version = tuple(int(x) for x in target["python"].split("."))
+    platforms: list[str] = []
+    for plat in target["platforms"]:  # manylinux_2_36 also runs manylinux_2_17 .. manylinux1 wheels
+        m = re.match(r"manylinux_(\d+)_(\d+)_(.+)", plat)
+        if m:
+            major, minor, arch = int(m[1]), int(m[2]), m[3]
+            platforms += [f"manylinux_{major}_{v}_{arch}" for v in range(minor, 4, -1)]
+            platforms += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+        else:
+            platforms.append(plat)
+    return [*tags.cpython_tags(version, abis=[target["abis"][0]], platforms=platforms),
+            *tags.compatible_tags(version, interpreter=f"cp{target['python'].replace('.', '')}",
+                                  platforms=platforms)]
+
+
+def _cached_wheel(pin: Pin, cache: Path, tag_rank: dict) -> Wheel | None:
+    """The best cached wheel for `pin` whose sha256 is one of its hashes, or None."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    best = None
+    for path in sorted(cache.glob("*.whl")):
+        try:
+            name, version, _build, wtags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if name != pin.name or str(version) != pin.version:
+            continue
+        rank = min((tag_rank[t] for t in wtags if t in tag_rank), default=None)
+        if rank is None:
+            continue
+        digest = sha256_file(path)
+        if digest in pin.hashes and (best is None or rank < best[0]):
+            best = (rank, Wheel(pin.name, pin.version, path.name, digest, path))
+    return best[1] if best else None
+
+
+def fetch_wheels(pins: list[Pin], target: dict, cache_dir: Path = DEFAULT_CACHE_DIR,
+                 pip: list[str] | None = None) -> list[Wheel]:
+    """One wheel per pin, for `target`, sorted by name: from `cache_dir/wheels/` when there, else
+    downloaded once with `pip download --no-deps --only-binary :all: --require-hashes` (PyPI, or
+    whatever index pip is configured with) and checked again here before it enters the cache."""
+    if not pins:
+        return []
+    cache = Path(cache_dir) / "wheels"
+    tag_rank = {t: i for i, t in enumerate(_target_tags(target))}
+    with _locked(Path(cache_dir) / "wheels.lock"):
+        cache.mkdir(parents=True, exist_ok=True)
+        found = {p.name: _cached_wheel(p, cache, tag_rank) for p in pins}
+        missing = [p for p in pins if found[p.name] is None]
+        if missing:
+            _pip_download(missing, target, cache, pip)
+            for p in missing:
+                found[p.name] = _cached_wheel(p, cache, tag_rank)
+                if found[p.name] is None:
+                    raise SandboxError(f"{p.name}=={p.version}: pip fetched no wheel for Python "
+                                       f"{target['python']} on {target['platforms'][0]} whose sha256 is "
+                                       f"one of the lock file's ({', '.join(h[:12] for h in p.hashes)})")
+    return [found[p.name] for p in pins]
+
+
+def _pip_download(pins: list[Pin], target: dict, cache: Path, pip: list[str] | None) -> None:
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        req = Path(tmp) / "requirements.txt"
+        req.write_text("".join(f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in p.hashes)
+                               + "\n" for p in pins))
+        out = Path(tmp) / "out"
+        cmd = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary", ":all:",
+               "--require-hashes", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+               "--python-version", target["python"], "--implementation", target["implementation"],
+               *[a for abi in target["abis"] for a in ("--abi", abi)],
+               *[a for plat in target["platforms"] for a in ("--platform", plat)],
+               "-r", str(req), "-d", str(out)]
+        log.info("fetching %d wheel(s): %s", len(pins), " ".join(f"{p.name}=={p.version}" for p in pins))
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SandboxError(f"pip download of the pinned test dependencies failed "
+                               f"({res.returncode}):\n{(res.stderr or res.stdout).strip()[-2000:]}")
+        for path in sorted(out.glob("*.whl")):
+            if sha256_file(path) in {h for p in pins for h in p.hashes}:  # pip checked; so do we
+                os.replace(path, cache / path.name)
+
+
+def wheel_site(snapshot_root: Path, cache_dir: Path = DEFAULT_CACHE_DIR,
+               base_section: dict | None = None) -> Path | None:
+    """For the process backend: the snapshot's pinned wheels unpacked into one folder to put on
+    PYTHONPATH (what the image installs with pip: unpacking IS a wheel's install, less its
+    scripts and metadata checks), under `cache_dir/wheels/site-<key>/`; None without a lock file."""
+    import zipfile
+    pins = snapshot_lock(snapshot_root)
+    if not pins:
+        return None
+    wheels = fetch_wheels(pins, wheel_target(base_spec(base_section)), cache_dir)
+    key = sha256_bytes(canonical_json([[w.file, w.sha256] for w in wheels]).encode())[:16]
+    site = Path(cache_dir) / "wheels" / f"site-{key}"
+    with _locked(Path(cache_dir) / "wheels.lock"):
+        if not site.is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=site.parent, prefix=".site-"))
+            for w in wheels:
+                with zipfile.ZipFile(w.path) as zf:
+                    zf.extractall(tmp)
+            os.replace(tmp, site)
+    return site.resolve()
+
+
+def wheel_entries(wheels: list[Wheel]) -> list[tuple[str, int, bytes]]:
+    """Context entries: every wheel under wheels/ and the requirements file the Dockerfile
+    installs from (one pinned, hashed line per wheel; only a comment when there are none)."""
+    lines = [f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in wheels]
+    text = "".join(lines) or "# no test dependencies (no forgeline-requirements.txt in the snapshot)\n"
+    return [(WHEEL_REQUIREMENTS, 0o644, text.encode()),
+            *[(f"{WHEEL_DIR}/{w.file}", 0o644, w.path.read_bytes()) for w in wheels]]
+
+
 def build_input_digest(base_image_id: str, dockerfile_text: str,
-                       entries: list[tuple[str, int, bytes]]) -> str:
-    """sha256 over the base image id, the Dockerfile text and every context file (path, mode, sha256)."""
+                       entries: list[tuple[str, int, bytes]], wheels: list[Wheel] = ()) -> str:
+    """sha256 over the base image id, the Dockerfile text, every context file (path, mode, sha256)
+    and every wheel installed (name, version, file, sha256)."""
     return sha256_bytes(canonical_json({
         "base_image_id": base_image_id,
         "dockerfile_sha256": sha256_bytes(dockerfile_text.encode()),
         "files": [[p, oct(m), sha256_bytes(d)] for p, m, d in sorted(entries)],
+        "wheels": [[w.name, w.version, w.file, w.sha256] for w in wheels],
     }).encode())
 
 
-def image_record(snapshot: RepoSnapshot, image_id: str, base_ref: str, digest: str) -> dict:
-    """What `forgeline image` writes: a function of the build inputs only (no times, no hosts)."""
+def image_record(snapshot: RepoSnapshot, image_id: str, base_ref: str, digest: str,
+                 wheels: list[Wheel] = (), testbed_head: str | None = None) -> dict:
+    """What `forgeline image` writes: a function of the build inputs only (no times, no hosts).
+    testbed_head: `git rev-parse HEAD` of /testbed in the image (checked equal to `commit`)."""
     return {"repo": snapshot.name, "commit": snapshot.commit, "tag": snapshot.image,
-            "image_id": image_id, "base_image": base_ref, "build_input_digest": digest}
+            "image_id": image_id, "base_image": base_ref, "build_input_digest": digest,
+            "wheels": [w.as_record() for w in wheels], "testbed_head": testbed_head}
 
 
 # -- base image ----------------------------------------------------------------------------
@@ -222,31 +457,68 @@ def find_image(client, digest: str):
     return sorted(found, key=lambda im: im.id)[0] if found else None
 
 
-def build_repo_image(client, snapshot: RepoSnapshot, dockerfile_text: str,
-                     base: tuple[str, str]) -> tuple[dict, bool]:
-    """Build (or reuse) the image of `snapshot`; returns (record, built_now)."""
+def _split_tag(ref: str) -> tuple[str, str]:
+    """(repository, tag) of an image reference; `latest` when it names no tag."""
+    repository, sep, tag = ref.rpartition(":")
+    return (repository, tag) if sep and "/" not in tag else (ref, "latest")
+
+
+def testbed_head(client, image_ref: str) -> str:
+    """`git -C /testbed rev-parse HEAD` in a throwaway container of the image (no network)."""
+    from docker.errors import ContainerError, DockerException
+    try:
+        out = client.containers.run(image_ref, ["git", "-C", "/testbed", "rev-parse", "HEAD"],
+                                    network_mode="none", remove=True, stdout=True, stderr=False)
+    except ContainerError as exc:
+        raise SandboxError(f"{image_ref}: `git -C /testbed rev-parse HEAD` failed: {exc.stderr!r}") from None
+    except DockerException as exc:
+        raise SandboxError(f"{image_ref}: checking /testbed's commit failed: {exc}") from None
+    return out.decode().strip()
+
+
+def build_repo_image(client, snapshot: RepoSnapshot, dockerfile_text: str, base: tuple[str, str],
+                     cache_dir: Path = DEFAULT_CACHE_DIR,
+                     base_section: dict | None = None) -> tuple[dict, bool]:
+    """Build (or reuse) the image of `snapshot`; returns (record, built_now).
+
+    The snapshot's pinned test dependencies (LOCK_FILE) are fetched first, into
+    `cache_dir/wheels/`, for the Python of the base image that `base_section` describes. The
+    image's /testbed baseline commit must be `snapshot.commit`, else SandboxError (and an image
+    built now is removed again)."""
     base_ref, base_id = base
-    entries = context_entries(snapshot.path)
-    digest = build_input_digest(base_id, dockerfile_text, entries)
-    repository, tag = snapshot.image.rsplit(":", 1)
+    pins = snapshot_lock(snapshot.path)
+    wheels = fetch_wheels(pins, wheel_target(base_spec(base_section)), cache_dir) if pins else []
+    entries = context_entries(snapshot.path) + wheel_entries(wheels)
+    digest = build_input_digest(base_id, dockerfile_text, entries, wheels)
+    repository, tag = _split_tag(snapshot.image)
     image = find_image(client, digest)
     built = image is None
     if built:
-        log.info("building %s (%d files, inputs %s)", snapshot.image, len(entries), digest[:12])
+        log.info("building %s (%d files, %d wheels, inputs %s)", snapshot.image, len(entries),
+                 len(wheels), digest[:12])
         from docker.errors import BuildError
         try:
             image, _logs = client.images.build(
                 fileobj=io.BytesIO(context_tar(dockerfile_text, entries)), custom_context=True,
-                tag=snapshot.image, buildargs={"BASE_IMAGE": base_ref}, network_mode="none",
+                tag=f"{repository}:{tag}", buildargs={"BASE_IMAGE": base_ref}, network_mode="none",
                 labels={LABEL_DIGEST: digest, "forgeline.repo": snapshot.name,
                         "forgeline.commit": snapshot.commit},
                 rm=True, forcerm=True, pull=False)
         except BuildError as exc:
             lines = "".join(str(c.get("stream") or c.get("error") or "") for c in exc.build_log)
             raise SandboxError(f"building {snapshot.image} failed: {exc.msg}\n{lines[-3000:]}") from None
-    elif snapshot.image not in image.tags:
+    head = testbed_head(client, image.id)
+    if head != snapshot.commit:
+        if built:
+            client.images.remove(image.id, force=True)
+        raise SandboxError(
+            f"{snapshot.image}: /testbed's baseline commit in the image is {head}, but the snapshot's "
+            f"commit (RepoSnapshot.commit, computed from {snapshot.path}) is {snapshot.commit}: the "
+            "image does not hold exactly the snapshot's files (a .gitattributes filter or eol rule, a "
+            "file git cannot store, or a Dockerfile that adds to /testbed?)")
+    if f"{repository}:{tag}" not in image.tags:
         image.tag(repository, tag)
-    return image_record(snapshot, image.id, base_ref, digest), built
+    return image_record(snapshot, image.id, base_ref, digest, wheels, head), built
 
 
 # -- registry ------------------------------------------------------------------------------
@@ -289,7 +561,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dockerfile", type=Path, default=DEFAULT_DOCKERFILE,
                         help=f"Dockerfile template (default: {DEFAULT_DOCKERFILE})")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                        help="where the base tarball is cached (default: .forgeline)")
+                        help="where the base tarball and the wheels are cached (default: .forgeline)")
 
 
 def run(cfg, args: argparse.Namespace) -> None:
@@ -303,17 +575,20 @@ def run(cfg, args: argparse.Namespace) -> None:
         with manifest.timed("base_image"):
             base = ensure_base_image(client, section, args.cache_dir)
         with manifest.timed("build"):
-            record, built = build_repo_image(client, snapshot, dockerfile_text, base)
+            record, built = build_repo_image(client, snapshot, dockerfile_text, base,
+                                             args.cache_dir, section)
     except SandboxError as exc:
         log.error("%s", exc)
         raise SystemExit(1) from None
     manifest.notes["built"] = built  # the manifest may say what happened; the record may not
-    manifest.inputs = [str(snapshot.path), str(args.dockerfile)]
+    manifest.inputs = [str(snapshot.path), str(args.dockerfile),
+                       *[str(args.cache_dir / "wheels" / w["file"]) for w in record["wheels"]]]
     write_json(args.out, record)
     log.info("%s: %s %s (%s)", snapshot.name, record["tag"], record["image_id"][:19],
              "built" if built else "reused")
     manifest.write(args.manifest, outputs=[args.out])
 
 
-__all__ = ["BASE_IMAGE_DEFAULTS", "build_input_digest", "build_repo_image", "connect", "context_tar",
-           "engine_help", "ensure_base_image", "image_record", "pull", "push"]
+__all__ = ["BASE_IMAGE_DEFAULTS", "LOCK_FILE", "Pin", "Wheel", "build_input_digest", "build_repo_image",
+           "connect", "context_tar", "engine_help", "ensure_base_image", "fetch_wheels", "image_record",
+           "pull", "push", "read_lock", "snapshot_lock", "wheel_site", "wheel_target"]

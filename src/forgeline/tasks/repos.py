@@ -106,10 +106,6 @@ class RepoSnapshot:
         return cls(name, path, snapshot_commit(path))
 
     @property
-    def owner(self) -> str:
-        return split_folder(self.name)[0]
-
-    @property
     def repo_name(self) -> str:
         """SWE-smith's `OWNER__NAME.<commit8>`: the prefix of every instance_id of this snapshot."""
         owner, name = split_folder(self.name)
@@ -128,6 +124,20 @@ class RepoSnapshot:
         return TaskEnv(self.name, self.path, self.commit, self.image)
 
     def source_files(self) -> list[Path]:
-        """Library modules the bug generator may mutate (never the tests)."""
-        return [p for p in snapshot_files(self.path)
-                if p.suffix == ".py" and p.relative_to(self.path).parts[0] != "tests"]
+        """Library modules the bug generator may mutate: the .py files inside the snapshot's
+        packages, i.e. top-level folders with an __init__.py, at the root or under src/ (so not
+        setup.py, noxfile.py, docs/conf.py or scripts of an sdist), and only files whose fix
+        the verifier grades (`verify.admissible`: never a test, conftest.py, __main__.py, ...)."""
+        from forgeline.sandbox.verify import admissible  # verify imports this module
+
+        files = snapshot_files(self.path)
+        names = frozenset(p.relative_to(self.path).as_posix() for p in files)
+        out = []
+        for p in files:
+            parts = p.relative_to(self.path).parts
+            top = parts[:2] if parts[0] == "src" else parts[:1]
+            if (p.suffix == ".py" and len(parts) > len(top)
+                    and (self.path.joinpath(*top) / "__init__.py").is_file()
+                    and admissible("/".join(parts), frozenset(), names) is None):
+                out.append(p)
+        return out

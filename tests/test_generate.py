@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -228,3 +229,23 @@ def test_cli_end_to_end_is_deterministic(repos_root, tmp_path):
     assert data_again == data  # byte-identical, whatever the scheduling
     same = {k: v for k, v in notes.items() if k not in ("threads", "mutation_timeout_s")}
     assert {k: manifest_again["notes"][k] for k in same} == same
+
+
+def test_only_files_whose_fix_the_verifier_admits_are_mutated(repos_root, tmp_path):
+    # a package's __main__.py: the verifier strips an agent's edit to it, so a bug there could
+    # never be graded solved (python-slugify's, seen in the PyPI task front)
+    root = tmp_path / "repos"
+    shutil.copytree(repos_root / "tinycalc", root / "tinycalc")
+    (root / "tinycalc" / "tinycalc" / "__main__.py").write_text(
+        "from tinycalc.core import mean\n\n\ndef main(values):\n    return mean(values) + 1 - 1\n")
+    params = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    params["repos"]["root"] = str(root)
+    params["tasks"]["generate"].update(max_per_repo=1, max_tries_per_repo=1)
+    params["sandbox"]["backend"] = "process"
+    config = tmp_path / "params.yaml"
+    config.write_text(yaml.safe_dump(params))
+    manifest = tmp_path / "m.json"
+    assert cli.main(["generate", "--config", str(config), "--repo", "tinycalc", "--out",
+                     str(tmp_path / "c.jsonl"), "--manifest", str(manifest)]) == 0
+    assert json.loads(manifest.read_text())["notes"]["source_files"] == ["tinycalc/__init__.py",
+                                                                         "tinycalc/core.py"]

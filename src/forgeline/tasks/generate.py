@@ -30,6 +30,7 @@ from forgeline.config import Config
 from forgeline.provenance import Manifest, sha256_bytes, stage_sources, write_jsonl
 from forgeline.sandbox import PatchError, SandboxError, TestRun, get_sandbox
 from forgeline.sandbox.grading import is_test_path, representable
+from forgeline.sandbox.verify import admissible, package_layout
 from forgeline.tasks.mutations import Site, apply_mutation, enumerate_mutation_sites, parse, select_sites
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
@@ -531,8 +532,11 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
         seeds={"generate": seed}, inputs=[str(snapshot.path)], code=[str(p) for p in stage_sources(__name__)])
 
     with manifest.timed("sites"):
-        sources = {p.relative_to(snapshot.path).as_posix(): p.read_text(encoding="utf-8")
-                   for p in snapshot.source_files()}
+        # only files whose fix the verifier admits: a bug in one it strips (a package's
+        # __main__.py, say) could never be graded solved
+        packages, files = package_layout(snapshot.path)
+        sources = {rel: p.read_text(encoding="utf-8") for p in snapshot.source_files()
+                   if admissible(rel := p.relative_to(snapshot.path).as_posix(), packages, files) is None}
         sites = [s for rel, text in sorted(sources.items())
                  for s in enumerate_mutation_sites(text, kinds, path=rel)]
         chosen = select_sites(sites, kinds, seed, max_tries)

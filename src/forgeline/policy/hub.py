@@ -40,22 +40,25 @@ class RevisionError(HubError, ValueError):
     """The revision is not a full commit hash."""
 
 
-def check_revision(repo_id: str, revision: str | None) -> str:
+def check_revision(repo_id: str, revision: str | None, repo_type: str = "model") -> str:
     """Return `revision` if it is a full 40-hex commit hash, else raise RevisionError saying
-    how to find the commit."""
+    how to find the commit of the `repo_type` ("model" or "dataset") repository."""
     if isinstance(revision, str) and COMMIT_RE.fullmatch(revision):
         return revision
+    dataset = repo_type == "dataset"
+    url = f"https://huggingface.co/{'datasets/' if dataset else ''}{repo_id}/commits/main"
+    info = "dataset_info" if dataset else "model_info"
     raise RevisionError(
-        f"revision {revision!r} of {repo_id} is not a full commit hash: a branch or tag "
+        f"revision {revision!r} of {repo_type} {repo_id} is not a full commit hash: a branch or tag "
         f"(like 'main') moves when the repository changes, so the same config could load "
-        f"different weights. Pin the 40-hex commit instead. To find it: open "
-        f"https://huggingface.co/{repo_id}/commits/main, or run "
-        f"`python -c \"from huggingface_hub import HfApi; print(HfApi().model_info('{repo_id}', "
-        f"revision='{revision or 'main'}').sha)\"` (with HF_TOKEN set for a gated model), or "
-        f"read refs/{revision or 'main'} in the cached models--{repo_id.replace('/', '--')} folder.")
+        f"different {'tasks' if dataset else 'weights'}. Pin the 40-hex commit instead. To find "
+        f"it: open {url}, or run `python -c \"from huggingface_hub import HfApi; "
+        f"print(HfApi().{info}('{repo_id}', revision='{revision or 'main'}').sha)\"` (with "
+        f"HF_TOKEN set for a gated repository), or read refs/{revision or 'main'} in the cached "
+        f"{repo_type}s--{repo_id.replace('/', '--')} folder.")
 
 
-def _env_true(name: str) -> bool:
+def env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
@@ -79,7 +82,7 @@ def resolve_base_model(repo_id: str, revision: str, cache_dir: str | os.PathLike
     if cache_dir is None:
         cache_dir = os.environ.get("HF_HUB_CACHE") or None
     if local_files_only is None:  # read now: huggingface_hub reads it once, at import
-        local_files_only = _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+        local_files_only = env_true("HF_HUB_OFFLINE") or env_true("TRANSFORMERS_OFFLINE")
     token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
     try:
         folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=cache_dir,

@@ -23,31 +23,20 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from forgeline.policy.hub import COMMIT_RE, HubError, RevisionError, verify_lfs_blobs
+from forgeline.policy import hub
+from forgeline.policy.hub import HubError, RevisionError, verify_lfs_blobs
 from forgeline.tasks.ingest import PARQUET_SUFFIX, SourceRead, read_parquet
 
 REPO_TYPE = "dataset"
 DEFAULT_PATTERNS = ("data/*.parquet",)
-_TRUE = {"1", "on", "yes", "true"}
 
 
 def check_revision(repo_id: str, revision: str | None) -> str:
-    """Return `revision` if it is a full 40-hex commit hash, else raise RevisionError saying
-    how to find the commit of the dataset."""
-    if isinstance(revision, str) and COMMIT_RE.fullmatch(revision):
-        return revision
-    raise RevisionError(
-        f"tasks.ingest.hub.revision {revision!r} of dataset {repo_id} is not a full commit hash: a "
-        f"branch or tag (like 'main') moves when the dataset is updated, so the same config could "
-        f"ingest different tasks. Pin the 40-hex commit instead. To find it: open "
-        f"https://huggingface.co/datasets/{repo_id}/commits/main, or run `python -c \"from "
-        f"huggingface_hub import HfApi; print(HfApi().dataset_info('{repo_id}', "
-        f"revision='{revision or 'main'}').sha)\"`, or read refs/{revision or 'main'} in the cached "
-        f"datasets--{repo_id.replace('/', '--')} folder.")
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
+    """`revision` if it is a full commit hash, else RevisionError (tasks.ingest.hub.revision)."""
+    try:
+        return hub.check_revision(repo_id, revision, repo_type="dataset")
+    except RevisionError as exc:
+        raise RevisionError(f"tasks.ingest.hub.revision: {exc}") from None
 
 
 def resolve_dataset(repo_id: str, revision: str, allow_patterns: list[str] | None = None,
@@ -71,7 +60,7 @@ def resolve_dataset(repo_id: str, revision: str, allow_patterns: list[str] | Non
     if cache_dir is None:
         cache_dir = os.environ.get("HF_HUB_CACHE") or None
     if local_files_only is None:  # read now: huggingface_hub reads it once, at import
-        local_files_only = _env_true("HF_HUB_OFFLINE")
+        local_files_only = hub.env_true("HF_HUB_OFFLINE")
     token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
     try:
         folder = snapshot_download(repo_id=repo_id, repo_type=REPO_TYPE, revision=revision,

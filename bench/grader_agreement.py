@@ -34,6 +34,9 @@ REFERENCE_GRADE = ROOT / "scripts" / "reference_grade.py"
 GRADERS = ("forgeline", "swebench", "swesmith")
 
 
+FULL_LOG = 8_000_000  # bytes of console output kept per docker run (the process backend keeps 64 kB)
+
+
 # -- the runs (forgeline's sandbox) -----------------------------------------------------------
 
 def task_runs(sandbox, env, record: dict, timeout_s: float) -> dict:
@@ -225,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.tasks:
         rows = read_jsonl(path)
         records += rows[:args.limit] if args.limit else rows
-    section = {**params["sandbox"], "backend": args.backend}
+    # the reference graders read the console log: keep all of it (a long suite's -v -rA log
+    # is cut in the middle at the sandbox's usual 64 kB, and their verdicts with it)
+    docker = {**params["sandbox"].get("docker", {}), "output_limit": FULL_LOG}
+    section = {**params["sandbox"], "backend": args.backend, "docker": docker}
     sandbox = get_sandbox(section)
     t0 = time.perf_counter()
     pythons = grader_pythons()

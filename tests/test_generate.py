@@ -133,6 +133,7 @@ def test_derive_seed_and_module_name():
     assert generate.derive_seed(1234, "a") == generate.derive_seed(1234, "a") != generate.derive_seed(1234, "b")
     assert generate.module_name("pkg/sub/mod.py") == "pkg.sub.mod"
     assert generate.module_name("pkg/__init__.py") == "pkg"
+    assert generate.module_name("src/pkg/mod.py") == "pkg.mod"
 
 
 # -- real runs -----------------------------------------------------------------------------------

@@ -205,8 +205,11 @@ _OPERATOR_MESSAGES = [
 
 
 def module_name(relpath: str) -> str:
-    """'ledgerkit/money.py' -> 'ledgerkit.money'; a package's __init__.py -> the package."""
+    """'ledgerkit/money.py' -> 'ledgerkit.money'; a package's __init__.py -> the package;
+    'src/pkg/mod.py' -> 'pkg.mod'."""
     parts = relpath[:-3].split("/") if relpath.endswith(".py") else relpath.split("/")
+    if parts[0] == "src" and len(parts) > 1:  # a src/ layout: the import name starts below it
+        parts = parts[1:]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)

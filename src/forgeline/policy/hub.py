@@ -62,6 +62,47 @@ def env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
+def download_snapshot(repo_id: str, revision: str, repo_type: str,
+                      cache_dir: str | os.PathLike | None, local_files_only: bool,
+                      allow_patterns: list[str] | None) -> Path:
+    """huggingface_hub.snapshot_download of a `repo_type` ("model" | "dataset") repository at a
+    commit, the token from $HF_TOKEN only; each way it can fail becomes a HubError that says what
+    to do. `cache_dir` None: $HF_HUB_CACHE at call time, else the hub's default."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, IncompleteSnapshotError,
+                                        LocalEntryNotFoundError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    name = f"dataset {repo_id}" if repo_type == "dataset" else repo_id
+    page = f"https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{repo_id}"
+    if cache_dir is None:
+        cache_dir = os.environ.get("HF_HUB_CACHE") or None
+    token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
+    try:
+        return Path(snapshot_download(repo_id=repo_id, repo_type=repo_type, revision=revision,
+                                      cache_dir=cache_dir, local_files_only=local_files_only,
+                                      token=token, allow_patterns=allow_patterns))
+    except GatedRepoError:
+        raise HubError(f"{name} is gated: accept its terms on {page} and export "
+                       f"HF_TOKEN=<a read token of that account> before running") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"{name} not found on the hub (or private: export HF_TOKEN)") from None
+    except RevisionNotFoundError:
+        raise HubError(f"{name} has no commit {revision}") from None
+    except IncompleteSnapshotError as exc:
+        raise HubError(f"{name}@{revision}: the cached snapshot is incomplete ({exc}); "
+                       f"download it again with network access") from None
+    except LocalEntryNotFoundError:
+        where = cache_dir or "the default hub cache"
+        include = " ".join(f"--include '{p}'" for p in allow_patterns or [])
+        raise HubError(
+            f"{name}@{revision} is not in {where} and downloads are off (HF_HUB_OFFLINE / "
+            f"local_files_only). Fetch it once on a machine with access: `hf download {repo_id} "
+            f"--repo-type {repo_type} --revision {revision} {include} --cache-dir DIR` (HF_TOKEN "
+            f"set for a gated repository), then copy the cache folder here and set "
+            f"HF_HUB_CACHE=DIR.") from None
+
+
 def resolve_base_model(repo_id: str, revision: str, cache_dir: str | os.PathLike | None = None,
                        local_files_only: bool | None = None,
                        allow_patterns: list[str] | None = None, verify: bool = True) -> Path:
@@ -73,39 +114,10 @@ def resolve_base_model(repo_id: str, revision: str, cache_dir: str | os.PathLike
     With `verify`, cached LFS blobs are re-hashed against their names. Raises RevisionError
     for a non-commit revision and HubError, with the remedy, when the snapshot is missing.
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, IncompleteSnapshotError,
-                                        LocalEntryNotFoundError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
-
     check_revision(repo_id, revision)
-    if cache_dir is None:
-        cache_dir = os.environ.get("HF_HUB_CACHE") or None
     if local_files_only is None:  # read now: huggingface_hub reads it once, at import
         local_files_only = env_true("HF_HUB_OFFLINE") or env_true("TRANSFORMERS_OFFLINE")
-    token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
-    try:
-        folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=cache_dir,
-                                   local_files_only=local_files_only, token=token,
-                                   allow_patterns=allow_patterns)
-    except GatedRepoError:
-        raise HubError(f"{repo_id} is gated: accept its terms on https://huggingface.co/{repo_id} "
-                       f"and export HF_TOKEN=<a read token of that account> before running") from None
-    except RepositoryNotFoundError:
-        raise HubError(f"{repo_id} not found on the hub (or private: export HF_TOKEN)") from None
-    except RevisionNotFoundError:
-        raise HubError(f"{repo_id} has no commit {revision}") from None
-    except IncompleteSnapshotError as exc:
-        raise HubError(f"{repo_id}@{revision}: the cached snapshot is incomplete ({exc}); "
-                       f"download it again with network access") from None
-    except LocalEntryNotFoundError:
-        where = cache_dir or "the default hub cache"
-        raise HubError(
-            f"{repo_id}@{revision} is not in {where} and downloads are off "
-            f"(HF_HUB_OFFLINE / local_files_only). Fetch it once on a machine with access: "
-            f"`hf download {repo_id} --revision {revision} --cache-dir DIR` "
-            f"(HF_TOKEN set for a gated model), then copy the cache folder here.") from None
-    folder = Path(folder)
+    folder = download_snapshot(repo_id, revision, "model", cache_dir, local_files_only, allow_patterns)
     if not (folder / "config.json").is_file():
         raise HubError(f"{folder} has no config.json: not a model snapshot")
     if verify:

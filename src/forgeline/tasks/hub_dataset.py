@@ -50,41 +50,11 @@ def resolve_dataset(repo_id: str, revision: str, allow_patterns: list[str] | Non
     time). With `verify`, cached LFS blobs are re-hashed against their names. Raises
     RevisionError for a non-commit revision, HubError with the remedy otherwise.
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, IncompleteSnapshotError,
-                                        LocalEntryNotFoundError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
-
     check_revision(repo_id, revision)
     patterns = list(allow_patterns or DEFAULT_PATTERNS)
-    if cache_dir is None:
-        cache_dir = os.environ.get("HF_HUB_CACHE") or None
     if local_files_only is None:  # read now: huggingface_hub reads it once, at import
         local_files_only = hub.env_true("HF_HUB_OFFLINE")
-    token = os.environ.get("HF_TOKEN") or False  # False: never fall back to a stored token
-    try:
-        folder = snapshot_download(repo_id=repo_id, repo_type=REPO_TYPE, revision=revision,
-                                   cache_dir=cache_dir, local_files_only=local_files_only,
-                                   token=token, allow_patterns=patterns)
-    except GatedRepoError:
-        raise HubError(f"dataset {repo_id} is gated: accept its terms on "
-                       f"https://huggingface.co/datasets/{repo_id} and export HF_TOKEN") from None
-    except RepositoryNotFoundError:
-        raise HubError(f"dataset {repo_id} not found on the hub (or private: export HF_TOKEN)") from None
-    except RevisionNotFoundError:
-        raise HubError(f"dataset {repo_id} has no commit {revision}") from None
-    except IncompleteSnapshotError as exc:
-        raise HubError(f"dataset {repo_id}@{revision}: the cached snapshot is incomplete ({exc}); "
-                       f"download it again with network access") from None
-    except LocalEntryNotFoundError:
-        where = cache_dir or "the default hub cache"
-        raise HubError(
-            f"dataset {repo_id}@{revision} is not in {where} and downloads are off "
-            f"(HF_HUB_OFFLINE / local_files_only). Fetch it once on a machine with access: "
-            f"`hf download {repo_id} --repo-type dataset --revision {revision} "
-            + " ".join(f"--include '{p}'" for p in patterns)
-            + " --cache-dir DIR`, then copy the cache folder here and set HF_HUB_CACHE=DIR.") from None
-    folder = Path(folder)
+    folder = hub.download_snapshot(repo_id, revision, REPO_TYPE, cache_dir, local_files_only, patterns)
     if verify:
         verify_lfs_blobs(folder)
     return folder

@@ -50,7 +50,7 @@ def pytest_seconds(log: str) -> float | None:
 
 def main() -> int:
     from forgeline import config
-    from forgeline.sandbox import images
+    from forgeline.sandbox import engine, images
     from forgeline.sandbox.docker import DockerSandbox
     from forgeline.sandbox.process import ProcessSandbox
     from forgeline.tasks.repos import RepoSnapshot
@@ -68,7 +68,7 @@ def main() -> int:
     snapshot = RepoSnapshot.load(repos_root, repo)
     env = snapshot.env()
     dockerfile = (ROOT / "envs" / "repo.Dockerfile").read_text()
-    client = images.connect()
+    client = engine.connect()
 
     t0 = time.perf_counter()
     base = images.ensure_base_image(client, images.base_image_section(cfg.section("sandbox")),
@@ -85,9 +85,9 @@ def main() -> int:
                                    forcerm=True)
     cold_build_s = time.perf_counter() - t0
     client.images.remove(image.id, force=True)
-    images.build_repo_image(client, snapshot, dockerfile, base)  # make sure the real one exists
+    images.build_repo_image(client, env, dockerfile, base)  # make sure the real one exists
     t0 = time.perf_counter()
-    _, built = images.build_repo_image(client, snapshot, dockerfile, base)
+    _, built = images.build_repo_image(client, env, dockerfile, base)
     cached_build_s = time.perf_counter() - t0
     assert not built
 

@@ -42,7 +42,7 @@ def write_tiny_repo(root: Path, files: dict[str, str] = TINY_FILES) -> Path:
 @pytest.fixture(scope="session")
 def docker_client():
     from forgeline.sandbox.base import SandboxError
-    from forgeline.sandbox.images import connect
+    from forgeline.sandbox.engine import connect
     try:
         return connect()
     except SandboxError as exc:
@@ -67,7 +67,7 @@ def tiny_snapshot(tmp_path_factory):
 def tiny_image(docker_client, base_image, tiny_snapshot):
     """The image record of the tiny repository (built once per machine, then reused)."""
     from forgeline.sandbox.images import build_repo_image
-    record, _ = build_repo_image(docker_client, tiny_snapshot,
+    record, _ = build_repo_image(docker_client, tiny_snapshot.env(),
                                  (ROOT / "envs" / "repo.Dockerfile").read_text(), base_image)
     return record
 

@@ -294,7 +294,7 @@ def test_docker_runs_grade_the_same(project, graded, grader_pythons, docker_clie
     from forgeline.sandbox.docker import DockerSandbox
     from forgeline.sandbox.images import build_repo_image
     snap = project["snap"]
-    record, _ = build_repo_image(docker_client, snap, (ROOT / "envs" / "repo.Dockerfile").read_text(),
+    record, _ = build_repo_image(docker_client, snap.env(), (ROOT / "envs" / "repo.Dockerfile").read_text(),
                                  base_image)
     assert record["tag"] == snap.image
     sandbox = DockerSandbox(client=docker_client, warm=1)

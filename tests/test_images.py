@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY_NAME, write_tiny_repo
-from forgeline.sandbox import images
+from forgeline.sandbox import engine, images
 from forgeline.sandbox.base import SandboxError
 from forgeline.tasks.repos import RepoSnapshot
 
@@ -167,7 +167,7 @@ def image_cli(tmp_path: Path, monkeypatch) -> list[str]:
 def test_no_engine_gives_one_clear_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
     with pytest.raises(SandboxError) as err:
-        images.connect()
+        engine.connect()
     assert "bash scripts/services.sh start docker" in str(err.value)
     assert "sandbox.backend: process" in str(err.value)
     # the stage: exit status 1 and one logged line, no traceback, no output
@@ -223,13 +223,13 @@ def test_rebuild_is_reused_and_the_record_is_byte_identical(docker_client, base_
 
     # the same snapshot under another tag is found by its label, not rebuilt
     snapshot = RepoSnapshot.load(tmp_path, TINY_NAME)
-    rec, built = images.build_repo_image(docker_client, snapshot, DOCKERFILE, base_image)
+    rec, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image)
     assert not built and rec == record
 
     # a changed file is a new image
     (tmp_path / TINY_NAME / TINY_NAME / "ops.py").write_text("def add(a, b):\n    return b + a\n")
     changed = RepoSnapshot.load(tmp_path, TINY_NAME)
-    rec2, built2 = images.build_repo_image(docker_client, changed, DOCKERFILE, base_image)
+    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image)
     assert built2 and rec2["build_input_digest"] != record["build_input_digest"]
     assert rec2["image_id"] != record["image_id"]
     docker_client.images.remove(rec2["tag"], noprune=False)
@@ -258,7 +258,7 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
         (tmp_path / DEPS_NAME / rel).write_text(text)
     snapshot = RepoSnapshot.load(tmp_path, DEPS_NAME)
     cache = ROOT / ".forgeline"  # the project's wheel cache: fetched once per machine
-    record, _ = images.build_repo_image(docker_client, snapshot, DOCKERFILE, base_image, cache)
+    record, _ = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache)
     assert record["wheels"] == [{"name": "six", "version": "1.17.0",
                                  "file": "six-1.17.0-py2.py3-none-any.whl", "sha256": SIX_17[2]}]
     # the baseline commit holds every file, the .gitignore'd lock file too (`git add -A -f`)
@@ -274,13 +274,13 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
     assert run.statuses == {"tests/test_text.py::test_text": "PASSED",
                             "tests/test_text.py::test_six_is_the_pinned_one": "PASSED"}, run.log[-2000:]
     # the same inputs: reused, same record
-    again, built = images.build_repo_image(docker_client, snapshot, DOCKERFILE, base_image, cache)
+    again, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache)
     assert not built and again == record
 
     # another pin: another wheel, digest and image, with that version inside
     (tmp_path / DEPS_NAME / images.LOCK_FILE).write_text(lock_line(*SIX_16))
     changed = RepoSnapshot.load(tmp_path, DEPS_NAME)
-    rec2, built2 = images.build_repo_image(docker_client, changed, DOCKERFILE, base_image, cache)
+    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image, cache)
     assert built2 and rec2["wheels"][0]["version"] == "1.16.0" and rec2["wheels"][0]["sha256"] == SIX_16[2]
     assert rec2["build_input_digest"] != record["build_input_digest"]
     out = docker_client.containers.run(rec2["tag"], ["python3", "-c", "import six; print(six.__version__)"],
@@ -292,7 +292,7 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
     wrong = RepoSnapshot(snapshot.name, snapshot.path, "0" * 40)
     (tmp_path / DEPS_NAME / images.LOCK_FILE).write_text(DEPS_FILES[images.LOCK_FILE])
     with pytest.raises(SandboxError, match="baseline commit in the image is " + snapshot.commit):
-        images.build_repo_image(docker_client, wrong, DOCKERFILE, base_image, cache)
+        images.build_repo_image(docker_client, wrong.env(), DOCKERFILE, base_image, cache)
 
 
 @pytest.mark.docker

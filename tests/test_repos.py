@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from forgeline.tasks.repos import RepoSnapshot, image_name, snapshot_commit, snapshot_files, swesmith_repo
+from forgeline.sandbox.snapshot import image_name, snapshot_commit, snapshot_files
+from forgeline.tasks.repos import RepoSnapshot, swesmith_repo
 from forgeline.tasks.schema import instance_id, repo_key
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "repos"

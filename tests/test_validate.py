@@ -15,7 +15,8 @@ from forgeline.config import ConfigError
 from forgeline.provenance import read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.tasks import validate as V
-from forgeline.tasks.repos import RepoSnapshot, image_name, swesmith_repo
+from forgeline.sandbox.snapshot import image_name
+from forgeline.tasks.repos import RepoSnapshot, swesmith_repo
 from forgeline.tasks.schema import instance_id
 
 PROJECT = Path(__file__).resolve().parents[1]

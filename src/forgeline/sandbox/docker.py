@@ -43,7 +43,7 @@ from typing import Sequence
 
 from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
 from forgeline.sandbox.grading import parse_results, pytest_shell
-from forgeline.sandbox.images import connect
+from forgeline.sandbox.engine import connect
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
   `forgeline.build_input_digest` (sha256 over the base image id, the Dockerfile, every context
   file and every wheel) makes a rebuild of unchanged inputs a no-op that returns the same image.
   After a build (and a reuse), `git -C /testbed rev-parse HEAD` in the image must equal the
-  snapshot's commit (`RepoSnapshot.commit`); a mismatch fails the stage.
+  snapshot's commit (`sandbox.snapshot.snapshot_commit`); a mismatch fails the stage.
 - Test dependencies: a snapshot may declare them in LOCK_FILE (`forgeline-requirements.txt` at
   its root), pip's requirements format with every line pinned, `NAME==VERSION
   --hash=sha256:<64 hex>` (more hashes allowed, e.g. one per platform). Nothing is resolved:
@@ -51,9 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from forgeline.provenance import Manifest, canonical_json, sha256_bytes, sha256_file, stage_sources, write_json
-from forgeline.sandbox.base import SandboxError
-from forgeline.tasks.repos import RepoSnapshot, snapshot_files
+from forgeline.provenance import Manifest, canonical_json, sha256_bytes, sha256_file, write_json
+from forgeline.sandbox.base import SandboxError, TaskEnv
+from forgeline.sandbox.engine import connect
+from forgeline.sandbox.snapshot import snapshot_env, snapshot_files
 
 log = logging.getLogger(__name__)
 
@@ -77,27 +78,6 @@ CONTEXT_MTIME = 946684800
 SOURCE_DATE_EPOCH = "946684800"
 LABEL_DIGEST = "forgeline.build_input_digest"
 DEFAULT_REGISTRY = "127.0.0.1:5000"
-
-
-# -- the engine ----------------------------------------------------------------------------
-
-def engine_help(host: str | None = None) -> str:
-    host = host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    return (f"no Docker engine answers at {host}: start one with "
-            f"`bash scripts/services.sh start docker`, or set sandbox.backend: process for development")
-
-
-def connect(timeout_s: float = 600):
-    """A docker client whose engine answered a ping; SandboxError with one clear line if none does."""
-    import docker
-    from docker.errors import DockerException
-    try:
-        client = docker.from_env(timeout=timeout_s)
-        client.ping()
-    except DockerException as exc:
-        log.debug("docker connect failed: %s", exc)
-        raise SandboxError(engine_help()) from None
-    return client
 
 
 # -- pure helpers --------------------------------------------------------------------------
@@ -373,11 +353,11 @@ def build_input_digest(base_image_id: str, dockerfile_text: str,
     }).encode())
 
 
-def image_record(snapshot: RepoSnapshot, image_id: str, base_ref: str, digest: str,
+def image_record(env: TaskEnv, image_id: str, base_ref: str, digest: str,
                  wheels: list[Wheel] = (), testbed_head: str | None = None) -> dict:
     """What `forgeline image` writes: a function of the build inputs only (no times, no hosts).
     testbed_head: `git rev-parse HEAD` of /testbed in the image (checked equal to `commit`)."""
-    return {"repo": snapshot.name, "commit": snapshot.commit, "tag": snapshot.image,
+    return {"repo": env.repo, "commit": env.commit, "tag": env.image,
             "image_id": image_id, "base_image": base_ref, "build_input_digest": digest,
             "wheels": [w.as_record() for w in wheels], "testbed_head": testbed_head}
 
@@ -476,49 +456,50 @@ def testbed_head(client, image_ref: str) -> str:
     return out.decode().strip()
 
 
-def build_repo_image(client, snapshot: RepoSnapshot, dockerfile_text: str, base: tuple[str, str],
+def build_repo_image(client, env: TaskEnv, dockerfile_text: str, base: tuple[str, str],
                      cache_dir: Path = DEFAULT_CACHE_DIR,
                      base_section: dict | None = None) -> tuple[dict, bool]:
-    """Build (or reuse) the image of `snapshot`; returns (record, built_now).
+    """Build (or reuse) the image `env.image` of the snapshot `env.source`; returns (record,
+    built_now).
 
     The snapshot's pinned test dependencies (LOCK_FILE) are fetched first, into
     `cache_dir/wheels/`, for the Python of the base image that `base_section` describes. The
-    image's /testbed baseline commit must be `snapshot.commit`, else SandboxError (and an image
+    image's /testbed baseline commit must be `env.commit`, else SandboxError (and an image
     built now is removed again)."""
     base_ref, base_id = base
-    pins = snapshot_lock(snapshot.path)
+    pins = snapshot_lock(env.source)
     wheels = fetch_wheels(pins, wheel_target(base_spec(base_section)), cache_dir) if pins else []
-    entries = context_entries(snapshot.path) + wheel_entries(wheels)
+    entries = context_entries(env.source) + wheel_entries(wheels)
     digest = build_input_digest(base_id, dockerfile_text, entries, wheels)
-    repository, tag = _split_tag(snapshot.image)
+    repository, tag = _split_tag(env.image)
     image = find_image(client, digest)
     built = image is None
     if built:
-        log.info("building %s (%d files, %d wheels, inputs %s)", snapshot.image, len(entries),
+        log.info("building %s (%d files, %d wheels, inputs %s)", env.image, len(entries),
                  len(wheels), digest[:12])
         from docker.errors import BuildError
         try:
             image, _logs = client.images.build(
                 fileobj=io.BytesIO(context_tar(dockerfile_text, entries)), custom_context=True,
                 tag=f"{repository}:{tag}", buildargs={"BASE_IMAGE": base_ref}, network_mode="none",
-                labels={LABEL_DIGEST: digest, "forgeline.repo": snapshot.name,
-                        "forgeline.commit": snapshot.commit},
+                labels={LABEL_DIGEST: digest, "forgeline.repo": env.repo,
+                        "forgeline.commit": env.commit},
                 rm=True, forcerm=True, pull=False)
         except BuildError as exc:
             lines = "".join(str(c.get("stream") or c.get("error") or "") for c in exc.build_log)
-            raise SandboxError(f"building {snapshot.image} failed: {exc.msg}\n{lines[-3000:]}") from None
+            raise SandboxError(f"building {env.image} failed: {exc.msg}\n{lines[-3000:]}") from None
     head = testbed_head(client, image.id)
-    if head != snapshot.commit:
+    if head != env.commit:
         if built:
             client.images.remove(image.id, force=True)
         raise SandboxError(
-            f"{snapshot.image}: /testbed's baseline commit in the image is {head}, but the snapshot's "
-            f"commit (RepoSnapshot.commit, computed from {snapshot.path}) is {snapshot.commit}: the "
+            f"{env.image}: /testbed's baseline commit in the image is {head}, but the snapshot's "
+            f"commit (snapshot_commit, computed from {env.source}) is {env.commit}: the "
             "image does not hold exactly the snapshot's files (a .gitattributes filter or eol rule, a "
             "file git cannot store, or a Dockerfile that adds to /testbed?)")
     if f"{repository}:{tag}" not in image.tags:
         image.tag(repository, tag)
-    return image_record(snapshot, image.id, base_ref, digest, wheels, head), built
+    return image_record(env, image.id, base_ref, digest, wheels, head), built
 
 
 # -- registry ------------------------------------------------------------------------------
@@ -567,28 +548,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     section = base_image_section(cfg.section("sandbox"))
     manifest = Manifest("image", params={"sandbox.docker.base_image": base_spec(section)},
-                        code=[str(p) for p in stage_sources(__name__)])
+                        code=__name__)
     try:
-        snapshot = RepoSnapshot.load(cfg.section("repos.root"), args.repo)
+        env = snapshot_env(cfg.section("repos.root"), args.repo)
         dockerfile_text = args.dockerfile.read_text(encoding="utf-8")
         client = connect()
         with manifest.timed("base_image"):
             base = ensure_base_image(client, section, args.cache_dir)
         with manifest.timed("build"):
-            record, built = build_repo_image(client, snapshot, dockerfile_text, base,
+            record, built = build_repo_image(client, env, dockerfile_text, base,
                                              args.cache_dir, section)
     except SandboxError as exc:
         log.error("%s", exc)
         raise SystemExit(1) from None
     manifest.notes["built"] = built  # the manifest may say what happened; the record may not
-    manifest.inputs = [str(snapshot.path), str(args.dockerfile),
+    manifest.inputs = [str(env.source), str(args.dockerfile),
                        *[str(args.cache_dir / "wheels" / w["file"]) for w in record["wheels"]]]
     write_json(args.out, record)
-    log.info("%s: %s %s (%s)", snapshot.name, record["tag"], record["image_id"][:19],
+    log.info("%s: %s %s (%s)", env.repo, record["tag"], record["image_id"][:19],
              "built" if built else "reused")
     manifest.write(args.manifest, outputs=[args.out])
 
 
 __all__ = ["BASE_IMAGE_DEFAULTS", "LOCK_FILE", "Pin", "Wheel", "build_input_digest", "build_repo_image",
-           "connect", "context_tar", "engine_help", "ensure_base_image", "fetch_wheels", "image_record",
+           "context_tar", "ensure_base_image", "fetch_wheels", "image_record",
            "pull", "push", "read_lock", "snapshot_lock", "wheel_site", "wheel_target"]

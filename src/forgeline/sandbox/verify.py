@@ -19,7 +19,7 @@ from typing import Sequence
 
 from forgeline.sandbox.base import PatchError, Sandbox, TaskEnv
 from forgeline.sandbox.grading import grade, is_test_path
-from forgeline.tasks.repos import snapshot_files
+from forgeline.sandbox.snapshot import snapshot_files
 
 # Modules Python or pytest import by name from sys.path: never accepted from an agent.
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py",

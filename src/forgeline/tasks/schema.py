@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from forgeline.sandbox.snapshot import DEFAULT_OWNER
+
 # Fields every instance must carry, with their normalised type.
 REQUIRED_FIELDS: dict[str, type] = {
     "instance_id": str,
@@ -55,7 +57,6 @@ def _as_test_list(value: Any, field: str) -> list[str]:
     return list(value)
 
 
-DEFAULT_OWNER = "forgeline"  # the owner of a snapshot folder named without one (`NAME`)
 MAX_NAME = 255
 MAX_PATH = 4096
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # no "/", no leading dot or dash

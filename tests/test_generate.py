@@ -12,6 +12,7 @@ import yaml
 from forgeline import cli
 from forgeline.provenance import read_jsonl
 from forgeline.sandbox import get_sandbox
+from forgeline.seeds import derive_seed
 from forgeline.tasks import generate
 from forgeline.tasks.mutations import apply_mutation, enumerate_mutation_sites
 from forgeline.tasks.repos import RepoSnapshot
@@ -129,8 +130,7 @@ def test_classify_run():
     assert generate.classify_run(clean, {}, False).discard == "collection_error"
 
 
-def test_derive_seed_and_module_name():
-    assert generate.derive_seed(1234, "a") == generate.derive_seed(1234, "a") != generate.derive_seed(1234, "b")
+def test_module_name():
     assert generate.module_name("pkg/sub/mod.py") == "pkg.sub.mod"
     assert generate.module_name("pkg/__init__.py") == "pkg"
     assert generate.module_name("src/pkg/mod.py") == "pkg.mod"
@@ -223,7 +223,7 @@ def test_cli_end_to_end_is_deterministic(repos_root, tmp_path):
     assert notes["kept"] == 2 and sum(notes["kept_per_kind"].values()) == 2
     assert notes["tried"] == sum(notes["tried_per_kind"].values()) == 2 + sum(notes["discarded"].values())
     assert set(notes["sites_found"]) == set(params["tasks"]["generate"]["kinds"])
-    assert manifest["seeds"] == {"generate": generate.derive_seed(params["seed"], "tinycalc")}
+    assert manifest["seeds"] == {"generate": derive_seed(params["seed"], "generate", "tinycalc", bits=64)}
     assert manifest["outputs"][0]["path"] == str(tmp_path / "a.jsonl")
 
     data_again, manifest_again = run("b", threads=1)

@@ -21,6 +21,7 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import chat, copy_pretrain, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402
 
+from forgeline.seeds import derive_seed, stage_seed  # noqa: E402
 from tiny_models import CORPUS_REPO, tiny_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +308,7 @@ def test_openai_engine_round_trip_through_http(hf, tok):
         prompts = _prompts(tok)[:2]
         got = client.generate(prompts, 8, temperature=0.9, seed=7, stop=["\n\n"])
         for i, (prompt, gen) in enumerate(zip(prompts, got)):
-            want = hf.generate([prompt], 8, 0.9, 1.0, engine.derive_seed(7, "prompt", i), ["\n\n"])[0]
+            want = hf.generate([prompt], 8, 0.9, 1.0, derive_seed(7, "prompt", i), ["\n\n"])[0]
             assert (gen.token_ids, gen.logprobs, gen.text, gen.finish_reason) == \
                 (want.token_ids, want.logprobs, want.text, want.finish_reason)
             assert gen.prompt_tokens == len(prompt)
@@ -521,7 +522,7 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     assert {k: v for k, v in a.items() if k != "manifest.json"} == \
         {k: v for k, v in b.items() if k != "manifest.json"}
     manifest = json.loads(a["manifest.json"])
-    assert manifest["stage"] == "policy.init" and manifest["seeds"]["model_init"] == init_stage.stage_seed(1234)
+    assert manifest["stage"] == "policy.init" and manifest["seeds"]["model_init"] == stage_seed(1234, "policy.init")
     assert manifest["notes"]["vocab_size"] == 640 and manifest["notes"]["lora_target_count"] == 14
     assert [(c["phase"], c["step"]) for c in json.loads(a["copy_curve.json"])] == \
         [("repeat", 3), ("recall", 6), ("match", 9)]

@@ -26,7 +26,7 @@ import torch
 from conftest import ROOT, unavailable
 from tiny_models import direct_python
 from tiny_project import TINY_REPOS, write_repo
-from forgeline.policy import chat, init_stage, model as tiny, serve, tokenizer as tk
+from forgeline.policy import chat, model as tiny, serve, tokenizer as tk
 from forgeline.policy.engine import OpenAIEngine
 from forgeline.provenance import read_jsonl
 
@@ -110,7 +110,7 @@ def model_dir(tmp_path_factory, lm, tok) -> Path:
     folder = tmp_path_factory.mktemp("vllm") / "policy"
     lm.save_pretrained(folder)
     tok.save_pretrained(folder)
-    init_stage.portable_tokenizer_config(folder / "tokenizer_config.json")  # transformers of the venv
+    tk.portable_tokenizer_config(folder / "tokenizer_config.json")  # transformers of the venv
     return folder
 
 

@@ -30,10 +30,10 @@ from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import summarize
 from forgeline.agent.rollout import rollout, sample_seeds
 from forgeline.policy.engine import open_engine
-from forgeline.policy.init_stage import stage_seed
 from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
 from forgeline.sandbox import get_sandbox
+from forgeline.seeds import stage_seed
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
 

@@ -42,9 +42,10 @@ from typing import Any, Mapping, Sequence
 from forgeline.agent.rewards import REWARD_DEFAULTS, process_reward
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
-from forgeline.policy.engine import Engine, Generation, derive_seed
+from forgeline.policy.engine import Engine, Generation
 from forgeline.sandbox.base import Sandbox, SandboxError, TaskEnv
 from forgeline.sandbox.verify import verify
+from forgeline.seeds import derive_seed
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
 

@@ -44,12 +44,12 @@ from tqdm import tqdm
 from forgeline.agent.episode import (Episode, agent_config, config_digest, effective_context_limit,
                                      task_env)
 from forgeline.agent.rewards import summarize
-from forgeline.policy.engine import Engine, add_engine_arguments, derive_seed, open_engine
-from forgeline.policy.init_stage import stage_seed
+from forgeline.policy.engine import Engine, add_engine_arguments, open_engine
 from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
+from forgeline.seeds import derive_seed, stage_seed
 
 log = logging.getLogger(__name__)
 STAGE = "agent.rollout"

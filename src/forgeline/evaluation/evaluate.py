@@ -31,10 +31,10 @@ from forgeline.agent.episode import agent_config
 from forgeline.evaluation import evaluation_config
 from forgeline.agent.rollout import rollout, sample_seeds
 from forgeline.policy.engine import add_engine_arguments, open_engine
-from forgeline.policy.init_stage import stage_seed
 from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
 from forgeline.sandbox import get_sandbox
+from forgeline.seeds import stage_seed
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.evaluate"

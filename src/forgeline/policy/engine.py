@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -42,6 +41,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from forgeline.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,6 @@ class Generation:
 
 class EngineError(RuntimeError):
     """Generation failed (a server error, a malformed response, a bad request)."""
-
-
-def derive_seed(seed: int, *names: Any) -> int:
-    """A 31-bit seed from a base seed and names (e.g. a prompt's index); stable everywhere."""
-    text = ":".join(map(str, (seed, *names)))
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
 def _check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:

@@ -12,8 +12,6 @@ and inputs => byte-identical files.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 import math
 import os
@@ -24,16 +22,12 @@ from forgeline.policy import copy_pretrain
 from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwen3,
                                     lora_target_names, parameter_count, tiny_qwen3_config)
 from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
-                                        corpus_digest, stdlib_dir)
+                                        corpus_digest, portable_tokenizer_config, stdlib_dir)
 from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, stage_sources, write_json
+from forgeline.seeds import stage_seed
 
 log = logging.getLogger(__name__)
 STAGE = "policy.init"
-
-
-def stage_seed(root_seed: int, name: str = STAGE) -> int:
-    """The stage's seed: the first 31 bits of sha256('<root seed>:<stage name>')."""
-    return int(hashlib.sha256(f"{root_seed}:{name}".encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,16 +58,6 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     return tokenizer, model
 
 
-def portable_tokenizer_config(path: Path) -> None:
-    """Name the tokenizer class `PreTrainedTokenizerFast` (transformers 5 writes its own
-    `TokenizersBackend`, which transformers 4 - e.g. in a vLLM environment - cannot load)."""
-    config = json.loads(path.read_text(encoding="utf-8"))
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
-
-
-
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
@@ -81,7 +65,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     tok_params, model_params = dict(section["tokenizer"]), dict(section["model"])
     repos_root = Path(cfg["repos"]["root"])
     corpus_repos = sorted(cfg["repos"]["sft"])
-    seed = stage_seed(int(cfg["seed"]))
+    seed = stage_seed(int(cfg["seed"]), STAGE)
     out = Path(args.out)
     manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))

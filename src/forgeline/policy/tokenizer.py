@@ -13,6 +13,7 @@ the same corpus with the same parameters gives a byte-identical tokenizer.json.
 from __future__ import annotations
 
 import hashlib
+import json
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,6 +263,16 @@ def build_tokenizer(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_fr
                     model_max_length: int = 4096, split: str = "qwen"):
     """Train and wrap in one step; returns a PreTrainedTokenizerFast."""
     return wrap(train_bpe(corpus, vocab_size, min_frequency, split), model_max_length)
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """Name the tokenizer class `PreTrainedTokenizerFast` in a saved tokenizer_config.json
+    (transformers 5 writes its own `TokenizersBackend`, which transformers 4 - e.g. in a vLLM
+    environment - cannot load)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
 
 
 def check_special_tokens(tokenizer) -> dict[str, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
-import hashlib
 import logging
 import random
 import re
@@ -31,6 +30,7 @@ from forgeline.provenance import Manifest, sha256_bytes, stage_sources, write_js
 from forgeline.sandbox import PatchError, SandboxError, TestRun, get_sandbox
 from forgeline.sandbox.grading import is_test_path, representable
 from forgeline.sandbox.verify import admissible, package_layout
+from forgeline.seeds import derive_seed
 from forgeline.tasks.mutations import Site, apply_mutation, enumerate_mutation_sites, parse, select_sites
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
@@ -62,11 +62,6 @@ def make_patch(relpath: str, before: str, after: str) -> str:
     if not lines:
         return ""
     return f"diff --git a/{relpath} b/{relpath}\n" + "".join(lines)
-
-
-def derive_seed(seed: int, repo: str) -> int:
-    """The stage's seed for one repository: 64 bits of sha256(f"{seed}:generate:{repo}")."""
-    return int(hashlib.sha256(f"{seed}:generate:{repo}".encode()).hexdigest()[:16], 16)
 
 
 # -- classifying one bugged run ------------------------------------------------------------------
@@ -528,7 +523,7 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     max_keep, max_tries = int(gen["max_per_repo"]), int(gen["max_tries_per_repo"])
     snapshot = RepoSnapshot.load(root, args.repo)
     env = snapshot.env()
-    seed = derive_seed(int(cfg["seed"]), snapshot.name)
+    seed = derive_seed(int(cfg["seed"]), "generate", snapshot.name, bits=64)  # one per repository
     manifest = Manifest(
         stage="generate",
         params={"seed": cfg["seed"], "repos.root": root, "sandbox": sandbox_cfg, "tasks.generate": gen},

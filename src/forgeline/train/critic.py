@@ -38,10 +38,10 @@ from tqdm import tqdm
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import OUTCOMES, token_rewards
 from forgeline.config import with_defaults
-from forgeline.policy.init_stage import stage_seed
 from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
                                   write_json)
+from forgeline.seeds import stage_seed
 from forgeline.train import rl
 
 log = logging.getLogger(__name__)

@@ -55,13 +55,13 @@ from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
 from forgeline.config import with_defaults
-from forgeline.policy.engine import HFEngine, OpenAIEngine, derive_seed
-from forgeline.policy.init_stage import stage_seed
+from forgeline.policy.engine import HFEngine, OpenAIEngine
 from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options, serving_config
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl,
                                   sha256_file, stage_sources, write_json)
 from forgeline.sandbox import get_sandbox
+from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train import rl
 from forgeline.train.critic import load_value_model, lora_config, trainable_parameters
 

@@ -53,10 +53,10 @@ from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     shown_path)
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, render, tool_message
-from forgeline.policy.init_stage import portable_tokenizer_config, stage_seed
-from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
+from forgeline.policy.tokenizer import collect_corpus, portable_tokenizer_config, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
                                   write_json)
+from forgeline.seeds import stage_seed
 from forgeline.tasks.generate import LOCATION, RAISES, REPRO, TITLES, VALUE
 from forgeline.tasks.mutations import KINDS, apply_mutation, candidate_sites, mutated_if_valid
 from forgeline.tasks.schema import repo_key

@@ -6,11 +6,11 @@
    records it in DVC (`dvc commit`), and builds a bare workflow with the same number of jobs
    and stages (each job copies one small file). Times `snakemake -n`, a no-op `snakemake`,
    `dvc status` and a no-op `dvc repro` on both, side by side, as ratios (median of repeats).
-2. For edit scenarios (one repository's source, a split / PPO / evaluation param, one stage's
-   code), compares the
+2. For edit scenarios (one repository's source, a split / PPO / evaluation param), compares the
    jobs `snakemake -n` plans with the minimal set: the jobs whose inputs or params the edit
    touches, and everything downstream of their outputs (computed from the DAG's own file
-   lists, as exported to dvc.yaml). They must be equal.
+   lists, as exported to dvc.yaml). They must be equal. Code edits are bench/code_precision.py's
+   (its truth is what each job executed, not what the DAG declares).
 """
 from __future__ import annotations
 
@@ -128,7 +128,6 @@ def main() -> int:
         "a split param": ("params.yaml", "tasks.split", bump("tasks", "split", "seed")),
         "a PPO param": ("params.yaml", "train.ppo", bump("train", "ppo", "clip_ratio")),
         "an eval param": ("params.yaml", "evaluation", bump("evaluation", "alpha")),
-        "one stage's code (validate)": ("src/forgeline/tasks/validate.py", None, None),
     }
     print("\nincremental precision: jobs snakemake plans vs the minimal set")
     print(f"{'edit':<30}{'planned':>8}{'minimal':>8}  equal")

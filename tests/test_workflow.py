@@ -1,6 +1,7 @@
 """The real DAG on tiny data: reruns are exact, dvc.yaml is current, DVC builds what Snakemake builds."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -77,26 +78,46 @@ def test_param_change_reruns_that_stage_only(built):
         params.write_text(original)
 
 
+def planned_after_edit(project: Path, rel: str, old: str, new: str) -> set[str]:
+    """What `snakemake -n` plans with `old` replaced by `new` in src/forgeline/`rel`; the file
+    and the stamps' mtimes are put back after (a stamp rewritten twice is newer than outputs)."""
+    path = project / "src/forgeline" / rel
+    original = path.read_text()
+    assert old in original, old
+    stamps = {p: p.stat().st_mtime_ns for p in (project / ".forgeline/code").glob("*.json")}
+    try:
+        path.write_text(original.replace(old, new, 1))
+        return planned_jobs(project)
+    finally:
+        path.write_text(original)
+        planned_jobs(project)  # the parse puts the stamps' contents back
+        for p, ns in stamps.items():
+            os.utime(p, ns=(ns, ns))
+
+
 def test_stage_code_change_reruns_that_stage_and_descendants(built):
-    split_src = built / "src/forgeline/tasks/split.py"
-    original = split_src.read_text()
-    try:
-        split_src.write_text(original + "\n# a change in the split's code\n")
-        jobs = planned_jobs(built)
-        assert rules_of(jobs) == downstream(built, "split")
-        assert "evaluate[panel=heldout, policy=base]" not in jobs
-    finally:
-        split_src.write_text(original)
-    validate_src = built / "src/forgeline/tasks/validate.py"
-    original = validate_src.read_text()
-    try:
-        validate_src.write_text(original + "\n# a change in validation\n")
-        jobs = planned_jobs(built)
-        assert rules_of(jobs) == downstream(built, "validate")
-        assert {j for j in jobs if j.startswith("validate[")} == {
-            f"validate[repo={r}]" for r in [*tp.TINY_REPOS, *tp.ROLE_REPOS]}
-    finally:
-        validate_src.write_text(original)
+    # a line the split runs: the split and what reads it
+    jobs = planned_after_edit(built, "tasks/split.py", "def frozen_split_digest(split: dict[str, list[dict]]) -> str:",
+                              "def frozen_split_digest(split: dict[str, list[dict]]) -> str:\n    split = dict(split)")
+    assert rules_of(jobs) == downstream(built, "split")
+    assert "evaluate[panel=heldout, policy=base]" not in jobs
+    # validation, for every repository
+    jobs = planned_after_edit(built, "tasks/validate.py", "def run(cfg, args",
+                              "def run(cfg, args, _edited=None")
+    assert rules_of(jobs) == downstream(built, "validate")
+    assert {j for j in jobs if j.startswith("validate[")} == {
+        f"validate[repo={r}]" for r in [*tp.TINY_REPOS, *tp.ROLE_REPOS]}
+    assert planned_jobs(built) == set()
+
+
+def test_edits_no_stage_runs_rerun_nothing(built):
+    """A comment, a docstring, layout, or a function no stage calls: the code a stage runs is
+    unchanged, so nothing is planned (the stamps keep their bytes and mtimes)."""
+    assert planned_after_edit(built, "tasks/split.py", "def frozen_split_digest(",
+                              "# a comment\n\n\ndef frozen_split_digest(") == set()
+    assert planned_after_edit(built, "train/ppo.py", '"""', '"""A new first line.\n\n') == set()
+    assert planned_after_edit(built, "provenance.py", "def sha256_bytes(",
+                              "def never_called():\n    return 1\n\n\ndef sha256_bytes(") == set()
 
 
 def test_one_repo_change_reruns_only_its_chain(built, tmp_path):
@@ -166,6 +187,18 @@ def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
     again = tp.run(project, "dvc", "repro").stdout
     assert "didn't change, skipping" in again or "up to date" in again
     assert "changed" not in tp.run(project, "dvc", "status").stdout.replace("didn't change", "")
+    # a docstring edit: DVC refreshes the stamps (stage `code`) and reruns nothing else
+    split = project / "src/forgeline/tasks/split.py"
+    split.write_text(split.read_text().replace('"""', '"""Edited. ', 1))
+    out = tp.run(project, "dvc", "repro").stdout
+    assert re.findall(r"Running stage '([^']+)'", out) == ["code"], out[-3000:]
+    # a line the split runs: the split and what reads it
+    split.write_text(split.read_text().replace(
+        "def frozen_split_digest(split: dict[str, list[dict]]) -> str:",
+        "def frozen_split_digest(split: dict[str, list[dict]]) -> str:\n    split = dict(split)", 1))
+    out = tp.run(project, "dvc", "repro", "--dry").stdout
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert "split" in ran and "validate-alpha" not in ran, out[-3000:]
 
 
 def test_the_chain_to_the_adapter_runs_before_the_evaluations(built):

@@ -45,6 +45,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),
     "timings": ("forgeline.workflow.timings", "print the per-stage time table of a run"),
     "rulegraph": ("forgeline.workflow.rulegraph", "the DAG of rules as DOT, for the report"),
+    "code-deps": ("forgeline.codedeps", "the code each stage runs, and its stamp (digest)"),
     "check-config": ("forgeline.workflow.dag",
                      "check config files as the Snakefile does (schema, files they name)"),
     "verify": ("forgeline.workflow.verify",

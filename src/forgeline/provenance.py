@@ -6,7 +6,6 @@ artifact with a manifest is an artifact that finished.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import gc
 import hashlib
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from forgeline.codedeps import stage_digest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 MANIFEST_NAME = "manifest.json"
@@ -142,61 +143,6 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 # -- code version --------------------------------------------------------------------------
 
-def _module_file(module: str) -> Path | None:
-    parts = module.split(".")
-    if parts[0] != "forgeline":
-        return None
-    base = PACKAGE_ROOT.joinpath(*parts[1:])
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports_of(path: Path, module: str) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            found.add(prefix)
-            # `from pkg import submodule` imports a module, not only a name
-            found.update(f"{prefix}.{alias.name}" for alias in node.names)
-    return {m for m in found if m.startswith("forgeline")}
-
-
-def stage_sources(*modules: str) -> list[Path]:
-    """The source files of `modules` and of every forgeline module they import, transitively.
-
-    This is what a stage's code IS: Snakemake and DVC list these files as inputs of the rule, so
-    editing a stage's code reruns that stage and its descendants, and nothing else.
-    """
-    seen: dict[str, Path] = {}
-    todo = list(modules)
-    while todo:
-        mod = todo.pop()
-        if mod in seen:
-            continue
-        path = _module_file(mod)
-        if path is None:
-            continue
-        seen[mod] = path
-        # a module implies its parent packages' __init__ files
-        parent = mod.rpartition(".")[0]
-        if parent:
-            todo.append(parent)
-        todo.extend(_imports_of(path, mod) - seen.keys())
-    return sorted(set(seen.values()))
-
-
 def git_commit(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
     cwd = cwd or PACKAGE_ROOT
     try:
@@ -245,7 +191,7 @@ class Manifest:
     params: dict[str, Any] = field(default_factory=dict)
     seeds: dict[str, int] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)
-    code: list[str] = field(default_factory=list)
+    code: str = ""  # the stage's module: the manifest records the digest of the code it runs
     notes: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     timings: dict[str, float] = field(default_factory=dict)
@@ -272,9 +218,7 @@ class Manifest:
             "code": {
                 "forgeline": forgeline_version(),
                 **git_commit(),
-                "sources_sha256": sha256_bytes("".join(
-                    f"{Path(p).relative_to(PACKAGE_ROOT.parent).as_posix()}\0{sha256_file(p)}\n"
-                    for p in sorted(self.code)).encode()) if self.code else None,
+                "stage_digest": stage_digest(self.code) if self.code else None,
             },
             "libraries": library_versions(),
             "environment": {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED"),

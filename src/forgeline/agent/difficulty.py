@@ -31,7 +31,7 @@ from forgeline.agent.rewards import summarize
 from forgeline.agent.rollout import rollout, sample_seeds
 from forgeline.policy.engine import open_engine
 from forgeline.policy.serve import serving_config
-from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
+from forgeline.provenance import Manifest, read_jsonl, write_json, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import stage_seed
 from forgeline.tasks.repos import RepoSnapshot
@@ -211,7 +211,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
     serving = serving_config(cfg.data.get("serving"))
     manifest = Manifest(stage=STAGE, params={"tasks.difficulty": d, "agent": a, "serving": serving},
-                        seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=stage_sources(__name__))
+                        seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=__name__)
     pairs = [(t, s) for t in tasks for s in seeds]
     policy = argparse.Namespace(policy=args.policy, base=None, name=None, engine=None, base_url=None,
                                 model=None, tokenizer=None)

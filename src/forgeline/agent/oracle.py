@@ -44,7 +44,7 @@ from forgeline.agent.episode import IM_END, agent_config, apply_edit, run_episod
 from forgeline.agent.trajectory import export_trajectories
 from forgeline.policy.chat import format_tool_call
 from forgeline.policy.engine import Engine, Generation
-from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
+from forgeline.provenance import Manifest, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
 from forgeline.tasks.mutations import candidate_sites, mutated_if_valid, parse
@@ -492,7 +492,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     repos_root = Path(cfg["repos"]["root"])
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     manifest = Manifest(stage=STAGE, params={"agent": section}, inputs=[*args.tasks, args.tokenizer],
-                        code=stage_sources(__name__))
+                        code=__name__)
     kept, dropped, unscanned = [], [], []
     with manifest.timed("oracle"):
         for task in tqdm(tasks, desc="oracle", unit="task", dynamic_ncols=True):

@@ -46,7 +46,7 @@ from forgeline.agent.episode import (Episode, agent_config, config_digest, effec
 from forgeline.agent.rewards import summarize
 from forgeline.policy.engine import Engine, add_engine_arguments, open_engine
 from forgeline.policy.serve import serving_config
-from forgeline.provenance import Manifest, canonical_json, read_jsonl, stage_sources, write_jsonl
+from forgeline.provenance import Manifest, canonical_json, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
 from forgeline.seeds import derive_seed, stage_seed
@@ -260,7 +260,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
         inputs = [*args.tasks] + ([args.policy] if args.policy else [])
         manifest = Manifest(stage=STAGE, params={"agent": c, "serving": serving}, seeds={"samples": seeds}, inputs=inputs,
-                            code=stage_sources(__name__))
+                            code=__name__)
         with manifest.timed("rollout"):
             records = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), c, repos_root=cfg["repos"]["root"],
                               record_path=partial, policy=name,

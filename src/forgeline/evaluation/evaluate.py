@@ -32,7 +32,7 @@ from forgeline.evaluation import evaluation_config
 from forgeline.agent.rollout import rollout, sample_seeds
 from forgeline.policy.engine import add_engine_arguments, open_engine
 from forgeline.policy.serve import serving_config
-from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_jsonl
+from forgeline.provenance import Manifest, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import stage_seed
 
@@ -114,7 +114,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
         manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev["seeds"], "dtype": ev["dtype"]},
                                                  "agent": a, "serving": serving},
-                            seeds={"episodes": seeds}, inputs=inputs, code=stage_sources(__name__))
+                            seeds={"episodes": seeds}, inputs=inputs, code=__name__)
         pairs = [(t, s) for t in tasks for s in seeds]
         log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
         with manifest.timed("rollout"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from forgeline.evaluation.stats import format_p, verdict
-from forgeline.provenance import Manifest, atomic_path, read_jsonl, stage_sources, write_text
+from forgeline.provenance import Manifest, atomic_path, read_jsonl, write_text
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.report"
@@ -699,7 +699,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     inputs = [p for p in (args.dag, args.funnel, args.split, args.copy_curve, args.sft_curve, args.critic,
                           args.ppo_log, args.metrics, args.tables_md) if p] \
         + list(args.difficulty) + list(args.images) + list(args.manifests)
-    manifest = Manifest(stage=STAGE, inputs=inputs, code=stage_sources(__name__))
+    manifest = Manifest(stage=STAGE, inputs=inputs, code=__name__)
     with manifest.timed("build"):
         text, files = build(args)
     out = Path(args.out_dir)

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from forgeline.evaluation import evaluation_config
 from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio, significant,
                                         success_summary, task_level_test, verdict)
-from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_text
+from forgeline.provenance import Manifest, read_jsonl, write_json, write_text
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.tables"
@@ -253,7 +253,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     base = args.base or ev["base"]
     alpha, confidence = float(ev["alpha"]), float(ev["confidence"])
     manifest = Manifest(stage=STAGE, params={"evaluation": {"base": base, "alpha": alpha, "confidence": confidence}},
-                        inputs=list(args.results), code=stage_sources(__name__))
+                        inputs=list(args.results), code=__name__)
     files = {str(p): read_jsonl(p) for p in args.results}
     grouped, sources = group_results(files)
     tables = paired_tables(grouped, base, sources, alpha, confidence)

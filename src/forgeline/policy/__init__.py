@@ -7,6 +7,6 @@
 - `engine`: `Engine.generate` over transformers (`HFEngine`) or an OpenAI-compatible server.
 - `init_stage`: the `policy-init` stage (tokenizer + initial tiny model folder).
 
-Nothing is imported here on purpose: a stage's code version is its module plus what it
-imports (see `forgeline.provenance.stage_sources`), and this file is part of every one of them.
+Nothing is imported here on purpose: importing any policy module runs this file, so whatever
+it imported would be part of the code of every stage that uses one (`forgeline.codedeps`).
 """

@@ -179,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, stage_sources
+    from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir
 
     section = cfg.section("policy.base")
     spec = section.get("hub") or {}
@@ -188,7 +188,7 @@ def run(cfg, args: argparse.Namespace) -> None:
         raise SystemExit("policy-hub: set policy.base.source: hub and policy.base.hub.repo_id "
                          "(and .revision, a full commit) in the config, e.g. configs/klear-8b.yaml")
     manifest = Manifest(stage=STAGE, params={"policy.base": section}, inputs=[],
-                        code=stage_sources(__name__))
+                        code=__name__)
     with manifest.timed("resolve"):
         snapshot = resolve_base_model(repo_id, revision, allow_patterns=spec.get("allow_patterns"))
     out = Path(args.out)

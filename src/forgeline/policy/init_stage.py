@@ -23,7 +23,7 @@ from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwe
                                     lora_target_names, parameter_count, tiny_qwen3_config)
 from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
                                         corpus_digest, portable_tokenizer_config, stdlib_dir)
-from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, stage_sources, write_json
+from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, write_json
 from forgeline.seeds import stage_seed
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     if missing:
         raise FileNotFoundError(f"corpus repositories not found: {missing}")
     manifest = Manifest(stage=STAGE, params=section, seeds={"model_init": seed},
-                        inputs=[str(d) for d in repo_dirs], code=stage_sources(__name__))
+                        inputs=[str(d) for d in repo_dirs], code=__name__)
     with manifest.timed("corpus"):
         corpus = collect_corpus(repo_dirs, stdlib_dir(),
                                 stdlib_max_bytes=int(tok_params["stdlib_max_bytes"]),

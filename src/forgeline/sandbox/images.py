@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from forgeline.provenance import Manifest, canonical_json, sha256_bytes, sha256_file, stage_sources, write_json
+from forgeline.provenance import Manifest, canonical_json, sha256_bytes, sha256_file, write_json
 from forgeline.sandbox.base import SandboxError, TaskEnv
 from forgeline.sandbox.engine import connect
 from forgeline.sandbox.snapshot import snapshot_env, snapshot_files
@@ -548,7 +548,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     section = base_image_section(cfg.section("sandbox"))
     manifest = Manifest("image", params={"sandbox.docker.base_image": base_spec(section)},
-                        code=[str(p) for p in stage_sources(__name__)])
+                        code=__name__)
     try:
         env = snapshot_env(cfg.section("repos.root"), args.repo)
         dockerfile_text = args.dockerfile.read_text(encoding="utf-8")

@@ -50,7 +50,7 @@ from typing import Iterable
 
 from forgeline.config import ConfigError
 from forgeline.provenance import (Manifest, atomic_dir, atomic_path, canonical_json,
-                                  sha256_bytes, sha256_file, stage_sources, write_json, write_jsonl,
+                                  sha256_bytes, sha256_file, write_json, write_jsonl,
                                   write_text)
 from forgeline.sandbox.grading import command_digest
 from forgeline.tasks.schema import DEFINING_FIELDS, repo_key
@@ -349,7 +349,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     backend = cfg.section("sandbox.backend")
     manifest = Manifest(stage="export-dataset", params={"tasks.export": section,
                                                         "sandbox.backend": backend},
-                        code=stage_sources(__name__))
+                        code=__name__)
     with manifest.timed("read"):
         split, inputs = read_split(args.split_dir)
         images = read_images(args.images)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from forgeline.config import ConfigError
 from forgeline.policy.hub import HubError
-from forgeline.provenance import Manifest, stage_sources, write_json, write_jsonl
+from forgeline.provenance import Manifest, write_json, write_jsonl
 from forgeline.tasks.hub_dataset import hub_reads, parquet_files, resolve_dataset
 from forgeline.tasks.ingest import IngestResult, ingest_files, summary_line
 from forgeline.tasks.schema import repo_key
@@ -65,7 +65,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     repos = cfg["repos"]
     configured = sorted(set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", [])))
     manifest = Manifest(stage="ingest-extra", params={"repos": repos, "tasks.ingest": section},
-                        inputs=sources, code=stage_sources(__name__))
+                        inputs=sources, code=__name__)
     hub, more, hub_files = hub_spec(section), [], []
     if hub is not None:
         repo_id, revision = hub["repo_id"], hub.get("revision")

@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from forgeline.provenance import Manifest, stage_sources, write_json
+from forgeline.provenance import Manifest, write_json
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     inputs = [*args.generate_manifests, *args.ingest_reports, *args.validate_reports,
               args.extra_report, args.split]
     manifest = Manifest(stage="funnel", params={"repos": repos}, inputs=inputs,
-                        code=stage_sources(__name__))
+                        code=__name__)
     extra = json.loads(Path(args.extra_report).read_text(encoding="utf-8"))
     summary = funnel(_by_repo(args.ingest_reports), _by_repo(args.validate_reports),
                      json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos["pool"]),

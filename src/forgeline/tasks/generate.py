@@ -26,7 +26,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from forgeline.config import Config
-from forgeline.provenance import Manifest, sha256_bytes, stage_sources, write_jsonl
+from forgeline.provenance import Manifest, sha256_bytes, write_jsonl
 from forgeline.sandbox import PatchError, SandboxError, TestRun, get_sandbox
 from forgeline.sandbox.grading import is_test_path, representable
 from forgeline.sandbox.verify import admissible, package_layout
@@ -527,7 +527,7 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     manifest = Manifest(
         stage="generate",
         params={"seed": cfg["seed"], "repos.root": root, "sandbox": sandbox_cfg, "tasks.generate": gen},
-        seeds={"generate": seed}, inputs=[str(snapshot.path)], code=[str(p) for p in stage_sources(__name__)])
+        seeds={"generate": seed}, inputs=[str(snapshot.path)], code=__name__)
 
     with manifest.timed("sites"):
         # only files whose fix the verifier admits: a bug in one it strips (a package's

@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, atomic_path, canonical_json, sha256_bytes, stage_sources
+from forgeline.provenance import Manifest, atomic_path, canonical_json, sha256_bytes
 from forgeline.sandbox import grading
 from forgeline.sandbox.grading import is_test_path
 from forgeline.sandbox.images import base_spec
@@ -692,7 +692,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                                  "base_image": base_spec(((sandbox or {}).get("docker") or {})
                                                          .get("base_image"))},
               "agent_timeout_sec": settings.agent_timeout_s}
-    manifest = Manifest(stage="harbor", params=params, code=stage_sources(__name__))
+    manifest = Manifest(stage="harbor", params=params, code=__name__)
     out_dir = Path(args.out_dir)
     with manifest.timed("read"):
         split, inputs, stated = read_split(Path(args.split_dir))

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from forgeline.config import ConfigError
-from forgeline.provenance import (Manifest, canonical_json, gc_paused, stage_sources, write_json,
+from forgeline.provenance import (Manifest, canonical_json, gc_paused, write_json,
                                   write_jsonl)
 from forgeline.tasks.schema import InstanceError, normalize_instance, repo_key
 
@@ -625,7 +625,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     if missing:
         raise ConfigError(f"ingest: source file(s) not found: {', '.join(missing)}")
     manifest = Manifest(stage="ingest", params={"repo": args.repo, "tasks.ingest": section},
-                        inputs=args.sources, code=stage_sources(__name__))
+                        inputs=args.sources, code=__name__)
     with manifest.timed("ingest"):
         result = for_repo(ingest_files(args.sources, int(section["max_record_bytes"])), args.repo)
     with manifest.timed("write"), gc_paused():

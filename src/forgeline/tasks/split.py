@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from forgeline.config import ConfigError
-from forgeline.provenance import (Manifest, canonical_json, gc_paused, stage_sources, write_json,
+from forgeline.provenance import (Manifest, canonical_json, gc_paused, write_json,
                                   write_jsonl)
 from forgeline.tasks.schema import (DEFINING_FIELDS, InstanceError, defining_fields,
                                     normalize_instance)
@@ -348,7 +348,7 @@ def run(cfg, args: argparse.Namespace) -> None:
                           f"frozen split's split.json)")
     manifest = Manifest(stage="split", params=section, seeds={"split": seed},
                         inputs=[*args.tasks, *([frozen_path] if frozen_path else [])],
-                        code=stage_sources(__name__))
+                        code=__name__)
     with manifest.timed("read"):
         instances = load_instances(args.tasks)
     if not instances:

@@ -52,7 +52,7 @@ from typing import Iterable, Sequence
 from tqdm import tqdm
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, read_jsonl, stage_sources, write_json, write_jsonl
+from forgeline.provenance import Manifest, read_jsonl, write_json, write_jsonl
 from forgeline.sandbox import PatchError, Sandbox, TestRun, get_sandbox
 from forgeline.sandbox.grading import grade, is_test_path, representable
 from forgeline.sandbox.verify import gold_fix, verify
@@ -651,7 +651,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     manifest = Manifest(stage="validate",
                         params={"repo": args.repo, "repos.root": root, "sandbox": sandbox_cfg,
                                 "tasks.validate": section},
-                        inputs=[args.tasks, str(snapshot.path)], code=stage_sources(__name__))
+                        inputs=[args.tasks, str(snapshot.path)], code=__name__)
     sandbox = get_sandbox(sandbox_cfg)
     records = read_jsonl(args.tasks)
     threads = max(1, args.threads or os.cpu_count() or 1)

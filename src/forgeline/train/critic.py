@@ -39,7 +39,7 @@ from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import OUTCOMES, token_rewards
 from forgeline.config import with_defaults
 from forgeline.policy.model import LORA_TARGET_MODULES
-from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
+from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
                                   write_json)
 from forgeline.seeds import stage_seed
 from forgeline.train import rl
@@ -450,7 +450,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     seed = stage_seed(int(cfg["seed"]), STAGE)
     manifest = Manifest(stage=STAGE, params={"train.critic": c, "agent.reward": reward_cfg},
                         seeds={"critic": seed}, inputs=[args.policy, *args.episodes],
-                        code=stage_sources(__name__))
+                        code=__name__)
     with manifest.timed("data"):
         records = sorted((r for f in args.episodes for r in read_jsonl(f)),
                          key=lambda r: (r["instance_id"], int(r["seed"])))

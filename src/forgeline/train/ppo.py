@@ -59,7 +59,7 @@ from forgeline.policy.engine import HFEngine, OpenAIEngine
 from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options, serving_config
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl,
-                                  sha256_file, stage_sources, write_json)
+                                  sha256_file, write_json)
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train import rl
@@ -765,7 +765,7 @@ def _run(cfg, args: argparse.Namespace) -> None:
     manifest = Manifest(stage=STAGE, params={"train.ppo": c, "agent": a,
                                              "serving": serving_config(cfg.data.get("serving"))},
                         seeds={"ppo": seed},
-                        inputs=[args.policy, args.critic, *args.tasks], code=stage_sources(__name__))
+                        inputs=[args.policy, args.critic, *args.tasks], code=__name__)
 
     tokenizer = AutoTokenizer.from_pretrained(args.policy)
     base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).to(device)

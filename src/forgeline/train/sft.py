@@ -54,7 +54,7 @@ from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
 from forgeline.config import with_defaults
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, render, tool_message
 from forgeline.policy.tokenizer import collect_corpus, portable_tokenizer_config, stdlib_dir
-from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, stage_sources,
+from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
                                   write_json)
 from forgeline.seeds import stage_seed
 from forgeline.tasks.generate import LOCATION, RAISES, REPRO, TITLES, VALUE
@@ -634,7 +634,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     forbidden = sorted(set(cfg["repos"].get("pool", [])) | set(cfg["repos"].get("panel", [])))
     manifest = Manifest(stage=STAGE, params={"train.sft": c, "agent.tools": a["tools"]},
                         seeds={"sft": seed}, inputs=[args.init, *args.oracle],
-                        code=stage_sources(__name__))
+                        code=__name__)
     tokenizer = AutoTokenizer.from_pretrained(args.init)
     model = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
 

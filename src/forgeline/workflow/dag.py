@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterable
 
 from forgeline import config as config_mod
-from forgeline.provenance import stage_sources
+from forgeline.codedeps import write_stamp
 from forgeline.tasks.repos import snapshot_files
 
 
@@ -15,11 +15,10 @@ def config_args(files: Iterable[str | Path]) -> str:
     return " ".join(f"--config {shlex.quote(str(f))}" for f in files)
 
 
-def stage_code(module: str, root: str | Path = ".") -> list[str]:
-    """Source files of a stage (its module and what it imports), relative to the workdir."""
-    root = Path(root).resolve()
-    return [str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
-            for p in stage_sources(module)]
+def stage_code(module: str) -> list[str]:
+    """The input that stands for a stage's code: its stamp, rewritten here (at parse time) only
+    when the code the stage can run changes (`forgeline.codedeps`)."""
+    return [str(write_stamp(module))]
 
 
 def repo_files(repos_root: str | Path, repo: str) -> list[str]:

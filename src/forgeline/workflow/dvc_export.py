@@ -1,8 +1,10 @@
 """dvc.yaml, generated from the Snakemake DAG: one DVC stage per Snakemake job.
 
 The Snakefile is the single source of truth. Each stage runs the job's exact shell command,
-lists the job's inputs as deps (data and the stage's own source files), its outputs as outs and
-only the config keys its rule declares as params. A test regenerates the file and fails when
+lists the job's inputs as deps (data, and the stamp of the code the stage runs), its outputs as
+outs and only the config keys its rule declares as params. One stage more, `code`, refreshes the
+stamps from src/ (Snakemake does that while parsing): DVC reruns it on any source edit, and a
+stage downstream only when its stamp's bytes changed. A test regenerates the file and fails when
 the committed one differs.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from forgeline.codedeps import STAMP_DIR
 from forgeline.config import flatten
 from forgeline.provenance import write_text
 
@@ -85,8 +88,17 @@ def _has_key(data: dict, dotted: str) -> bool:
     return True
 
 
+def code_stage(jobs: list[dict]) -> dict[str, Any]:
+    """The stage that writes the stamps the other stages list as deps."""
+    stamps = sorted({d for j in jobs for d in j["deps"] if Path(d).parent == STAMP_DIR})
+    modules = [Path(s).stem for s in stamps]
+    return {"cmd": "forgeline code-deps --write " + " ".join(modules),
+            "deps": ["src/forgeline"],
+            "outs": [{s: {"cache": False, "persist": True}} for s in stamps]}
+
+
 def render(jobs: list[dict], config_files: list[str]) -> str:
-    stages = {}
+    stages = {"code": code_stage(jobs)}
     for job in jobs:
         stage: dict[str, Any] = {"cmd": job["cmd"], "deps": job["deps"]}
         params = stage_params(job["params"], config_files)

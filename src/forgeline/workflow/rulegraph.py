@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from forgeline.provenance import Manifest, stage_sources, write_text
+from forgeline.provenance import Manifest, write_text
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     files = [str(f) for f in cfg.files]
     cmd = rulegraph_command(args.snakefile, files, args.target)
     manifest = Manifest(stage="rulegraph", inputs=[str(args.snakefile), *files],
-                        code=stage_sources(__name__))
+                        code=__name__)
     with manifest.timed("snakemake"):
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or "digraph" not in proc.stdout:

@@ -243,10 +243,14 @@ def check_tree(root: Path, results: Path, inputs: bool = True,
 # -- the DAG's outputs and dvc.lock's records of them ----------------------------------------
 
 def _paths(entries: list | None) -> list[str]:
-    """Paths of a dvc.yaml outs/metrics/plots list (plain strings or {path: options})."""
+    """Paths of a dvc.yaml outs/metrics/plots list (plain strings or {path: options}), without
+    the uncached ones (the stamps of stage `code`: derived from src/, never pulled)."""
     out = []
     for entry in entries or []:
-        out.extend([entry] if isinstance(entry, str) else [str(k) for k in entry])
+        if isinstance(entry, str):
+            out.append(entry)
+        else:
+            out.extend(str(k) for k, opts in entry.items() if (opts or {}).get("cache", True))
     return out
 
 
@@ -254,8 +258,9 @@ def dag_outputs(dvc_yaml: Path) -> dict[str, list[str]]:
     """Stage name -> every output it declares (outs, metrics, plots), from dvc.yaml."""
     import yaml
     stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
-    return {name: sorted(_paths(st.get("outs")) + _paths(st.get("metrics")) + _paths(st.get("plots")))
+    outs = {name: sorted(_paths(st.get("outs")) + _paths(st.get("metrics")) + _paths(st.get("plots")))
             for name, st in stages.items()}
+    return {name: paths for name, paths in outs.items() if paths}
 
 
 def snakefile_outputs(snakefile: Path, config_files: list[str]) -> dict[str, list[str]]:

@@ -30,6 +30,8 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
+from forgeline.plots import figure, save_png
+
 COPY_DEFAULTS: dict[str, Any] = {
     "repeat": {"steps": 0, "batch": 64, "prefix": [5, 20], "span": [8, 20], "until_accuracy": None},
     "recall": {"steps": 0, "batch": 16, "length": 256, "gap": [4, 40], "span": [4, 16]},
@@ -183,27 +185,22 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
 def plot_curve(curve: Sequence[Mapping[str, Any]], path, chance_loss: float) -> None:
     """A PNG of the loss on the copied ids (against chance, ln of the ids drawn from) and the
     share of them predicted exactly, per curve point; a line where each phase starts."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = [c["step"] for c in curve]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(steps, [c["loss"] for c in curve], lw=1.5, label="loss on the copied ids")
-    for a, b in zip(curve, curve[1:]):
-        if a["phase"] != b["phase"]:
-            ax.axvline(a["step"], lw=0.8, color="black")
-            ax.annotate(b["phase"], (a["step"], 0.98), xycoords=("data", "axes fraction"), fontsize=8,
-                        va="top", ha="left")
-    ax.axhline(chance_loss, ls="--", lw=0.8, color="grey", label="chance (ln ids)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    acc = ax.twinx()
-    acc.plot(steps, [c["copy_accuracy"] for c in curve], lw=1.5, color="tab:green", label="copy accuracy")
-    acc.set_ylim(0, 1)
-    acc.set_ylabel("ids copied exactly")
-    ax.set_title("copy pre-training")
-    fig.legend(loc="center right")
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    with figure(figsize=(7, 4), dpi=100) as (fig, ax):
+        ax.plot(steps, [c["loss"] for c in curve], lw=1.5, label="loss on the copied ids")
+        for a, b in zip(curve, curve[1:]):
+            if a["phase"] != b["phase"]:
+                ax.axvline(a["step"], lw=0.8, color="black")
+                ax.annotate(b["phase"], (a["step"], 0.98), xycoords=("data", "axes fraction"), fontsize=8,
+                            va="top", ha="left")
+        ax.axhline(chance_loss, ls="--", lw=0.8, color="grey", label="chance (ln ids)")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("cross-entropy (nats/token)")
+        acc = ax.twinx()
+        acc.plot(steps, [c["copy_accuracy"] for c in curve], lw=1.5, color="tab:green", label="copy accuracy")
+        acc.set_ylim(0, 1)
+        acc.set_ylabel("ids copied exactly")
+        ax.set_title("copy pre-training")
+        fig.legend(loc="center right")
+        fig.tight_layout()
+        save_png(fig, path)

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import OUTCOMES, token_rewards
 from forgeline.config import with_defaults
+from forgeline.plots import figure, save_png
 from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
                                   write_json)
@@ -411,24 +412,19 @@ def finite(x: float | None) -> float | None:
 
 def plot_learning_curve(epochs: Sequence[Mapping[str, Any]], chosen: int, baseline: float, path: Path) -> None:
     """Train/val MSE per epoch, the val baseline (mean train target) and the chosen epoch."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     xs = [e["epoch"] for e in epochs]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(xs, [e["train_mse"] for e in epochs], marker="o", label="train MSE")
-    ax.plot(xs, [e["val_mse"] for e in epochs], marker="o", label="val MSE")
-    if math.isfinite(baseline):
-        ax.axhline(baseline, ls="--", color="gray", label="val baseline (mean train return)")
-    ax.axvline(chosen, ls=":", color="black", label=f"chosen epoch {chosen}")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("MSE of the value (per action token)")
-    ax.set_title("critic pretraining")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    with figure(figsize=(7, 4), dpi=100) as (fig, ax):
+        ax.plot(xs, [e["train_mse"] for e in epochs], marker="o", label="train MSE")
+        ax.plot(xs, [e["val_mse"] for e in epochs], marker="o", label="val MSE")
+        if math.isfinite(baseline):
+            ax.axhline(baseline, ls="--", color="gray", label="val baseline (mean train return)")
+        ax.axvline(chosen, ls=":", color="black", label=f"chosen epoch {chosen}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("MSE of the value (per action token)")
+        ax.set_title("critic pretraining")
+        ax.legend()
+        fig.tight_layout()
+        save_png(fig, path)
 
 
 # -- the stage ------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
 from forgeline.config import with_defaults
+from forgeline.plots import figure, save_png
 from forgeline.policy.engine import HFEngine, OpenAIEngine
 from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options, serving_config
@@ -618,39 +619,33 @@ def save_adapter(actor, folder: str | Path, base: Mapping[str, Any] | None = Non
 
 def plot_log(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     """reward_success.png, kl.png, ev.png, drops.png from the train log."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = [r["step"] for r in rows]
     val = lambda key: [float("nan") if r[key] is None else r[key] for r in rows]  # noqa: E731
     paths = []
 
-    def figure(name: str, title: str, ylabel: str, series: Sequence[tuple[str, list]], kind: str = "line"):
-        fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-        if kind == "bar":
-            bottom = [0.0] * len(steps)
-            for label, ys in series:
-                ax.bar(steps, ys, bottom=bottom, label=label)
-                bottom = [b + y for b, y in zip(bottom, ys)]
-        else:
-            for label, ys in series:
-                ax.plot(steps, ys, marker=".", label=label)
-        ax.set_xlabel("PPO step")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / name, metadata={"Software": None})
-        plt.close(fig)
-        paths.append(out / name)
+    def draw(name: str, title: str, ylabel: str, series: Sequence[tuple[str, list]], kind: str = "line"):
+        with figure(figsize=(7, 4), dpi=100) as (fig, ax):
+            if kind == "bar":
+                bottom = [0.0] * len(steps)
+                for label, ys in series:
+                    ax.bar(steps, ys, bottom=bottom, label=label)
+                    bottom = [b + y for b, y in zip(bottom, ys)]
+            else:
+                for label, ys in series:
+                    ax.plot(steps, ys, marker=".", label=label)
+            ax.set_xlabel("PPO step")
+            ax.set_ylabel(ylabel)
+            ax.set_title(title)
+            ax.legend()
+            fig.tight_layout()
+            paths.append(save_png(fig, out / name))
 
-    figure("reward_success.png", "reward and success", "per episode",
-           [("mean return (kept)", val("reward_mean")), ("success rate (all)", val("success_rate"))])
-    figure("kl.png", "KL to the base policy", "nats/token", [("kl", val("kl"))])
-    figure("ev.png", "critic explained variance", "EV", [("ev", val("ev"))])
-    figure("drops.png", "episodes dropped per gate", "episodes",
-           [(g, [r["drops"][g] for r in rows]) for g in GATES], kind="bar")
+    draw("reward_success.png", "reward and success", "per episode",
+         [("mean return (kept)", val("reward_mean")), ("success rate (all)", val("success_rate"))])
+    draw("kl.png", "KL to the base policy", "nats/token", [("kl", val("kl"))])
+    draw("ev.png", "critic explained variance", "EV", [("ev", val("ev"))])
+    draw("drops.png", "episodes dropped per gate", "episodes",
+         [(g, [r["drops"][g] for r in rows]) for g in GATES], kind="bar")
     return paths
 
 

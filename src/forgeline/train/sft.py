@@ -52,6 +52,7 @@ from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
                                     shown_path)
 from forgeline.config import with_defaults
+from forgeline.plots import figure, save_png
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, render, tool_message
 from forgeline.policy.tokenizer import collect_corpus, portable_tokenizer_config, stdlib_dir
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
@@ -580,24 +581,19 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], 
 
 def plot_curve(curve: Sequence[Mapping[str, Any]], path: Path) -> None:
     """A PNG of the loss per step (and its 20-step moving average)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = [c["step"] for c in curve]
     loss = [c["loss"] for c in curve]
     k = 20
     avg = [sum(loss[max(0, i - k + 1):i + 1]) / len(loss[max(0, i - k + 1):i + 1]) for i in range(len(loss))]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(steps, loss, lw=0.6, alpha=0.5, label="loss (action tokens)")
-    ax.plot(steps, avg, lw=1.5, label=f"{k}-step mean")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title("SFT")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    with figure(figsize=(7, 4), dpi=100) as (fig, ax):
+        ax.plot(steps, loss, lw=0.6, alpha=0.5, label="loss (action tokens)")
+        ax.plot(steps, avg, lw=1.5, label=f"{k}-step mean")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("cross-entropy (nats/token)")
+        ax.set_title("SFT")
+        ax.legend()
+        fig.tight_layout()
+        save_png(fig, path)
 
 
 # -- the stage ------------------------------------------------------------------------------

@@ -148,3 +148,53 @@ def test_a_failed_check_touches_nothing_and_a_passing_one_touches(tree, monkeypa
     args.partial = True
     verify.run(cfg, args)
     assert calls == [["results/export/manifest.json"]]
+
+
+# -- leftovers of killed writes ------------------------------------------------------------------
+
+def _killed_write(tree: Path, target: str) -> Path:
+    """A process that dies (SIGKILL) inside `atomic_path(target)`: its temp stays beside it."""
+    import subprocess
+    import sys
+    code = (f"from forgeline import provenance as p\nwith p.atomic_path({target!r}) as t:\n"
+            "    t.write_text('half')\n    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=tree).returncode == -9
+    [temp] = [p for p in Path(tree, target).parent.iterdir() if p.name.startswith(f".{Path(target).name}~")]
+    return temp
+
+
+def test_a_killed_writes_temp_is_named_with_the_command_that_clears_it(tree, capsys):
+    temp = _killed_write(tree, "results/export/a.txt")
+    (tree / "results/.old.json.x1y2.tmp").mkdir()  # an unowned temp (before owner tags)
+    problems = {p.path: p for p in findings(tree).problems}
+    rel = temp.relative_to(tree).as_posix()
+    assert set(problems) == {rel, "results/.old.json.x1y2.tmp"}
+    assert problems[rel].kind == "LEFTOVER" and "has exited" in problems[rel].what
+    assert "forgeline verify --sweep" in problems[rel].what
+    assert "rm -rf 'results/.old.json.x1y2.tmp'" in problems["results/.old.json.x1y2.tmp"].what
+    cfg = argparse.Namespace(files=[Path("params.yaml")])
+    args = argparse.Namespace(root=tree, results=Path("results"), no_inputs=False, no_touch=True,
+                              partial=False, snakefile=Path("Snakefile"), sweep=False)
+    with pytest.raises(SystemExit, match="2 leftover temp"):
+        verify.run(cfg, args)
+    assert f"LEFTOVER {rel}: temp of a write killed" in capsys.readouterr().out
+    assert temp.exists()  # a plain verify removes nothing
+    args.sweep = True
+    with pytest.raises(SystemExit, match="1 leftover temp"):  # the unowned one is not its to remove
+        verify.run(cfg, args)
+    assert not temp.exists() and (tree / "results/.old.json.x1y2.tmp").exists()
+    (tree / "results/.old.json.x1y2.tmp").rmdir()
+    verify.run(cfg, args)
+
+
+def test_a_running_or_foreign_writers_temp_is_never_swept(tree):
+    from forgeline.provenance import owner_tag
+    mine = tree / f"results/export/.a.txt{owner_tag()}abc.tmp"
+    foreign = tree / "results/export/.a.txt~node17.cluster~4242~99~abc.tmp"
+    for temp in (mine, foreign):
+        temp.write_text("in progress")
+    assert verify.sweep(tree / "results") == []
+    problems = {Path(p.path).name: p.what for p in findings(tree).problems}
+    assert "is running" in problems[mine.name]
+    assert "node17.cluster:4242, on another machine" in problems[foreign.name]
+    assert mine.exists() and foreign.exists()

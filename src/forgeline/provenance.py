@@ -7,11 +7,15 @@ artifact with a manifest is an artifact that finished.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import hashlib
 import json
 import os
 import platform
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,21 +67,186 @@ def tree_digest(root: str | os.PathLike,
 
 
 # -- atomic writes -------------------------------------------------------------------------
+#
+# Every temp name says who owns it: `~HOST~PID~START~`, START being the owner's start time
+# (clock ticks since boot, /proc/PID/stat field 22; 0 where there is no /proc), so a PID reused
+# by another process is not taken for the owner. A temp whose owner is gone from this host is
+# the leftover of a killed write: the next write into its folder removes it (once per process
+# and folder), and so does `forgeline verify --sweep`. A temp of another host's process is never
+# removed here: this host cannot tell whether it still runs (a Slurm job on another node).
+
+FAULT_ENV = "FORGELINE_FAULT"
+_OWNER_TAG = re.compile(r"~(?P<host>[A-Za-z0-9._-]+)~(?P<pid>[0-9]+)~(?P<start>[0-9]+)~")
+_RENAME_EXCHANGE = 2  # renameat2(2) flag: swap two paths atomically
+_swept: set[tuple[int, str]] = set()  # (pid, folder) already swept by this process
+_tags: dict[int, str] = {}
+
+
+def fault_point(point: str, name: str | os.PathLike) -> None:
+    """Test hook of the fault-injection tests (tests/test_crash.py, bench/crash_reliability.py).
+
+    With FORGELINE_FAULT=POINT:NAME in the environment, the process SIGKILLs itself on reaching
+    POINT for an output whose path ends with NAME; with FORGELINE_FAULT=POINT:NAME:run it SIGKILLs
+    its whole process group (Snakemake and every running job: a power loss). Points: file.open,
+    file.written, file.renamed (atomic_path), dir.open, dir.built, dir.aside, dir.replaced
+    (atomic_dir), sandbox.ready (a process sandbox's temp copy, NAME = the repository).
+    Unset (every real run) it costs one environment lookup."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    want_point, _, rest = spec.partition(":")
+    want_name, _, scope = rest.partition(":")
+    name = Path(name).as_posix()
+    if want_point == point and (name == want_name or name.endswith("/" + want_name)):
+        if scope == "run":
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a process, or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[1].split()  # the command name may hold spaces and ')'
+    return fields[0].decode(), int(fields[19])
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", platform.node()) or "localhost"
+
+
+def owner_tag() -> str:
+    """`~HOST~PID~START~` of this process, the part of a temp name that names its owner."""
+    pid = os.getpid()  # per call: a forked child is an owner of its own
+    if pid not in _tags:
+        stat = _proc_stat(pid)
+        _tags[pid] = f"~{_host()}~{pid}~{stat[1] if stat else 0}~"
+    return _tags[pid]
+
+
+def owner_of(name: str) -> tuple[str, int, str] | None:
+    """(host, pid, state) of the owner a temp name records, or None for a name without one.
+    state: "running" (this host, alive), "gone" (this host, exited, a zombie, or its PID now
+    another process's) or "elsewhere" (another host: unknown here)."""
+    m = _OWNER_TAG.search(name)
+    if m is None:
+        return None
+    host, pid, start = m["host"], int(m["pid"]), int(m["start"])
+    if host != _host():
+        return host, pid, "elsewhere"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return host, pid, "gone"
+    except PermissionError:  # alive, another user's
+        pass
+    stat = _proc_stat(pid)
+    if stat is not None and (stat[0] == "Z" or (start and stat[1] != start)):
+        return host, pid, "gone"
+    return host, pid, "running"
+
+
+def is_write_temp(name: str) -> bool:
+    """Is this file name a temp of atomic_path/atomic_dir (`.NAME~owner~random.tmp`)?"""
+    return name.startswith(".") and name.endswith(".tmp") and _OWNER_TAG.search(name) is not None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def sweep_leftovers(folder: str | os.PathLike, prefix: str = ".", suffix: str = ".tmp") -> list[Path]:
+    """Remove the temps in `folder` (names with an owner tag, `prefix` and `suffix`) whose owner
+    is gone from this host; returns what was removed. Temps of running owners and of other
+    hosts stay."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        if name.startswith(prefix) and name.endswith(suffix) and \
+                (owner := owner_of(name)) is not None and owner[2] == "gone":
+            _remove(Path(folder) / name)
+            removed.append(Path(folder) / name)
+    return removed
+
+
+def _sweep_once(folder: str | os.PathLike, prefix: str = ".", suffix: str = ".tmp") -> None:
+    key = (os.getpid(), os.path.abspath(folder))
+    if key not in _swept:
+        _swept.add(key)
+        sweep_leftovers(folder, prefix, suffix)
+
+
+def sweep_temp_dirs() -> None:
+    """Remove the `forgeline-*` temp dirs (owned_tempdir) of processes gone from this host: the
+    leftovers of SIGKILLed jobs. Once per process; sandboxes call it when they start."""
+    _sweep_once(tempfile.gettempdir(), prefix="forgeline-", suffix="")
+
+
+def owned_tempdir(stem: str) -> tempfile.TemporaryDirectory:
+    """A TemporaryDirectory `STEM~owner~random` in the system temp folder (sandbox copies,
+    scratch), after sweep_temp_dirs(). `stem` starts with `forgeline-`."""
+    sweep_temp_dirs()
+    return tempfile.TemporaryDirectory(prefix=stem + owner_tag())
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it into place only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _sweep_once(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{owner_tag()}", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
+        fault_point("file.open", path)
         yield tmp
         os.chmod(tmp, 0o644)
+        fault_point("file.written", path)
         os.replace(tmp, path)
+        fault_point("file.renamed", path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where
+    the system or file system cannot (then nothing changed)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd = -100
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def replace_by_renames(new: Path, path: Path) -> Path:
+    """Replace the folder `path` with `new` by two renames (where `exchange` cannot): `path`
+    moves aside to an owned temp name, `new` takes its place. Returns the aside, for the
+    caller to delete. A kill between the renames leaves no `path` and the aside (a leftover
+    the next write sweeps), never a mix of the two trees."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{path.name}{owner_tag()}", suffix=".tmp", dir=path.parent))
+    os.rmdir(aside)
+    os.rename(path, aside)
+    fault_point("dir.aside", path)
+    os.rename(new, path)
+    return aside
 
 
 @contextlib.contextmanager
@@ -85,25 +254,35 @@ def atomic_dir(path: str | os.PathLike, owned: Iterable[str] = (MANIFEST_NAME,))
     """Yield a temp folder beside `path`; when the block succeeds it replaces `path` whole.
 
     An existing `path` is replaced only if it holds one of the `owned` names (it is an earlier
-    run's output), so a mistyped --out never deletes someone's folder.
+    run's output), so a mistyped --out never deletes someone's folder. The replacement is one
+    atomic swap (`exchange`): at every instant `path` is the old tree or the new one, whole;
+    the old one then sits under the temp name until it is deleted (a kill there leaves it as a
+    leftover). Where the file system cannot swap, `replace_by_renames`.
     """
-    import shutil
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    _sweep_once(path.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}{owner_tag()}", suffix=".tmp", dir=path.parent))
+    old = tmp
     try:
+        fault_point("dir.open", path)
         yield tmp
         os.chmod(tmp, 0o755)
-        if path.exists():
-            names = {p.name for p in path.iterdir()}
+        fault_point("dir.built", path)
+        if path.exists() or path.is_symlink():
+            names = {p.name for p in path.iterdir()} if path.is_dir() else {path.name}
             if names and not set(owned) & names:
                 raise FileExistsError(f"{path} exists and is not an output of this stage "
                                       f"(none of {sorted(owned)} in it); not replacing it")
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            if not exchange(tmp, path):  # else tmp now holds the old tree
+                old = replace_by_renames(tmp, path)
+        else:  # (under Snakemake always: it deletes a job's outputs before the job starts)
+            os.rename(tmp, path)
+        fault_point("dir.replaced", path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(old)
+        if old != tmp:
+            _remove(tmp)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,9 @@ limit is stopped together with everything it forked, even when the process table
 Every container carries the labels `forgeline.session=<uuid>` and `forgeline.owner=<host>:<pid>`.
 A session's container is removed on every path: close(), timeout, exception, Ctrl-C (try/finally),
 interpreter exit (atexit) and SIGTERM (turned into SystemExit when nobody else handles it);
-`remove_leftovers()` removes what a killed process (SIGKILL) left behind.
+`remove_leftovers()` removes what a killed process (SIGKILL) left behind, and the first
+DockerSandbox of every process runs it: containers whose owner on this host is gone. Those of
+another host's processes (an engine shared by Slurm nodes) are kept: this host cannot tell.
 
 Speed: starting a container costs ~0.5-1 s, so the sandbox keeps `warm` started, never-used
 containers per image ready (started in the background while the previous one works) and
@@ -161,15 +163,15 @@ def session_containers(client) -> list:
 
 
 def remove_leftovers(client, everything: bool = False) -> list[str]:
-    """Remove session containers whose owner process is gone (with `everything`: all of them).
-
-    Returns the ids removed. Run it after a SIGKILL'd job; a live owner's containers are kept."""
+    """Remove session containers whose owner process on this host is gone (with `everything`:
+    all of them). Returns the ids removed. A live owner's containers, another host's and those
+    without a readable owner label are kept (the owner may still use them)."""
     removed = []
     host = os.uname().nodename
     for c in session_containers(client):
         o_host, _, o_pid = c.labels.get(LABEL_OWNER, "").partition(":")
-        alive = o_host == host and o_pid.isdigit() and _pid_alive(int(o_pid))
-        if everything or not alive:
+        gone = o_host == host and o_pid.isdigit() and not _pid_alive(int(o_pid))
+        if everything or gone:
             try:
                 c.remove(force=True)
                 removed.append(c.id)
@@ -413,6 +415,21 @@ def _remove(container) -> None:
         log.warning("could not remove container %s: %s", container.id[:12], exc)
 
 
+_reaped: set[int] = set()  # PIDs (this one, or a forked child) that ran remove_leftovers
+
+
+def _reap_once(client) -> None:
+    """remove_leftovers() once per process: the containers of SIGKILLed jobs go when the next
+    sandbox starts."""
+    if os.getpid() not in _reaped:
+        _reaped.add(os.getpid())
+        try:
+            for cid in remove_leftovers(client):
+                log.info("removed container %s of a process that is gone", cid[:12])
+        except Exception as exc:  # the engine answers later calls or says why then
+            log.debug("remove_leftovers: %s", exc)
+
+
 # -- the sandbox ---------------------------------------------------------------------------
 
 class DockerSandbox(Sandbox):
@@ -431,6 +448,7 @@ class DockerSandbox(Sandbox):
         self._closed = False
         _sandboxes.add(self)
         _sigterm_to_exit()
+        _reap_once(self.client)
 
     @classmethod
     def from_config(cls, sandbox_section: dict, client=None) -> "DockerSandbox":

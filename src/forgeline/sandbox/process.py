@@ -11,11 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
+from forgeline.provenance import fault_point, owned_tempdir, sweep_temp_dirs
 from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, Session, TaskEnv, TestRun
 from forgeline.sandbox.grading import parse_results, pytest_shell
 
@@ -91,7 +91,8 @@ def _git_init(workdir: Path) -> None:
 class ProcessSession(Session):
     def __init__(self, sandbox: "ProcessSandbox", env: TaskEnv, patches: Sequence[str],
                  track_changes: bool = True):
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"forgeline-{env.repo}-")
+        # owned (pid, host): a SIGKILLed job's copy is swept when the next sandbox starts
+        self._tmp = owned_tempdir(f"forgeline-{env.repo}")
         self.workdir = Path(self._tmp.name) / env.repo
         shutil.copytree(env.source, self.workdir,
                         ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc"))
@@ -103,6 +104,7 @@ class ProcessSession(Session):
         except BaseException:
             self._tmp.cleanup()
             raise
+        fault_point("sandbox.ready", env.repo)
 
     def exec(self, command: str, timeout_s: float) -> ExecResult:
         return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix)
@@ -122,6 +124,7 @@ class ProcessSandbox(Sandbox):
     def __init__(self, python: str | None = None, isolate_network: bool = True):
         self.python = python or sys.executable
         self.prefix: tuple[str, ...] = ()
+        sweep_temp_dirs()
         if isolate_network and _can_unshare_net():
             self.prefix = ("unshare", "--net", "--map-root-user")
         global _warned

@@ -41,7 +41,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -52,7 +51,7 @@ from typing import Iterable, Sequence
 from tqdm import tqdm
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, read_jsonl, write_json, write_jsonl
+from forgeline.provenance import Manifest, owned_tempdir, read_jsonl, write_json, write_jsonl
 from forgeline.sandbox import PatchError, Sandbox, TestRun, get_sandbox
 from forgeline.sandbox.grading import grade, is_test_path, representable
 from forgeline.sandbox.verify import gold_fix, verify
@@ -358,7 +357,7 @@ def reverse_restores(snapshot: Path, patch: str) -> str | None:
     `git apply`, then `git apply -R`, then compare every touched path byte for byte with the
     snapshot (a file the patch creates must be gone again).
     """
-    with tempfile.TemporaryDirectory(prefix="forgeline-reverse-") as tmp:
+    with owned_tempdir("forgeline-reverse") as tmp:
         work = Path(tmp)
         _git(["init", "-q"], work)  # so git resolves paths from here, whatever encloses /tmp
         files = patch_files(patch)

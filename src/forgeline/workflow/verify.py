@@ -20,6 +20,13 @@ gives). With `--partial` (after `dvc pull TARGETS`), a stage whose outputs are A
 that no present manifest was built from is "not pulled" and listed, not a problem; a stage with
 some outputs present, or one that a present manifest read as input, must be complete.
 
+Leftovers: a write killed before its rename leaves its temp beside the output
+(`.NAME~HOST~PID~START~random.tmp`, provenance.atomic_path/atomic_dir). It is never an
+artifact, but a tree holding one is not a finished tree, so each is a problem (LEFTOVER, with
+its owner and how to clear it). The next run that writes into the same folder removes the temps
+of owners gone from this host; `--sweep` removes them now, before checking. Temps of a running
+process or of another host are never removed here.
+
 Any problem exits 1 and touches nothing. On success it tells Snakemake that the verified files
 are current: `snakemake --touch` over the jobs that wrote them (pulled files carry the time of
 the pull, in no particular order, so without it Snakemake would rebuild what was just
@@ -38,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgeline.provenance import file_record, tree_digest
+from forgeline.provenance import file_record, is_write_temp, owner_of, sweep_leftovers, tree_digest
 
 log = logging.getLogger(__name__)
 # Files under results/ that are not artifacts: DVC's per-directory .gitignore files.
@@ -51,11 +58,13 @@ TREE_IGNORE = ("__pycache__", ".pytest_cache", SNAKEMAKE_MARKER)  # provenance.t
 
 @dataclass(frozen=True)
 class Problem:
-    """One file that is not what the manifests say: what is wrong, and which manifests say so."""
+    """One file that is not what the manifests say: what is wrong, and which manifests say so.
+    kind: MISMATCH (an artifact or record) or LEFTOVER (the temp of an interrupted write)."""
 
     path: str
     what: str
     manifests: tuple[str, ...] = ()
+    kind: str = "MISMATCH"
 
     def __str__(self) -> str:
         names = list(self.manifests[:3]) + ([f"{len(self.manifests) - 3} more"]
@@ -100,6 +109,54 @@ def unlisted(present: list[str], listed: set[str]) -> list[str]:
         if not covered:
             out.append(path)
     return out
+
+
+def is_leftover(name: str) -> bool:
+    """A temp of an interrupted write: an owned one (provenance.is_write_temp) or an older,
+    unowned `.NAME.*.tmp` / `.NAME.tmp-*` / `.NAME.old-*`."""
+    return is_write_temp(name) or (name.startswith(".") and (
+        name.endswith(".tmp") or ".tmp-" in name or ".old-" in name))
+
+
+def scan(results: Path) -> tuple[list[Path], list[Path]]:
+    """(artifact files, leftover temps) under results/, each sorted; nothing inside a leftover
+    folder is listed, and DVC's/Snakemake's marker files are left out."""
+    files, temps = [], []
+    for folder, dirs, names in os.walk(results):
+        for name in list(dirs):
+            if is_leftover(name):
+                dirs.remove(name)
+                temps.append(Path(folder) / name)
+        for name in names:
+            if is_leftover(name):
+                temps.append(Path(folder) / name)
+            elif name not in NOT_ARTIFACTS:
+                files.append(Path(folder) / name)
+    return sorted(files), sorted(temps)
+
+
+def leftover_reason(path: Path, rel: str) -> str:
+    """What a leftover temp is and the command that clears it, from the owner its name records."""
+    owner = owner_of(path.name)
+    if owner is None:
+        return (f"temp of an interrupted write (no owner recorded); remove it when no run is "
+                f"in progress: rm -rf '{rel}'")
+    host, pid, state = owner
+    if state == "gone":
+        return (f"temp of a write killed before it finished ({host}:{pid} has exited); the next "
+                "run writing there removes it, or now: forgeline verify --sweep")
+    if state == "running":
+        return f"temp of a write in progress ({host}:{pid} is running): verify after the run"
+    return (f"temp of a write by {host}:{pid}, on another machine (this one cannot tell whether "
+            f"it still runs); once no run is in progress there: rm -rf '{rel}'")
+
+
+def sweep(results: Path) -> list[Path]:
+    """Remove the leftover temps under results/ whose owner is gone from this host."""
+    removed = []
+    for folder in sorted({t.parent for t in scan(results)[1]}):
+        removed += sweep_leftovers(folder)
+    return removed
 
 
 def _observe(root: Path, rel: str) -> dict[str, Any] | None:
@@ -205,8 +262,10 @@ def check_tree(root: Path, results: Path, inputs: bool = True,
         else:
             what = f"input {what}: the artifacts built from it are stale"
         report(Problem(rel, what, tuple(by)))
-    present = sorted(_rel(root, p) for p in results_abs.rglob("*")
-                     if p.is_file() and p.name not in NOT_ARTIFACTS)
+    present, temps = scan(results_abs)
+    for temp in temps:
+        report(Problem(_rel(root, temp), leftover_reason(temp, _rel(root, temp)), kind="LEFTOVER"))
+    present = [_rel(root, p) for p in present]
     for p in unlisted(present, listed):
         report(Problem(p, "not listed in any manifest (its manifest is missing?)"))
     not_pulled = []
@@ -369,6 +428,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partial", action="store_true",
                         help="a partial pull: stages wholly absent that nothing present was built "
                              "from are listed as not pulled, not failures")
+    parser.add_argument("--sweep", action="store_true",
+                        help="first remove the temps of interrupted writes whose owner process "
+                             "is gone from this host (what the next run would remove)")
     parser.add_argument("--snakefile", default="Snakefile", type=Path)
 
 
@@ -386,6 +448,10 @@ def run(cfg, args) -> None:
         log.warning("verify: neither dvc.yaml nor %s: a stage deleted whole is not detected",
                     snakefile)
     locked = lock_records(root / "dvc.lock", stages) if (root / "dvc.lock").is_file() else None
+    if getattr(args, "sweep", False):
+        results_abs = args.results if args.results.is_absolute() else root / args.results
+        for path in sweep(results_abs):
+            log.info("verify: swept %s (temp of a killed write)", _rel(root, path))
     found = check_tree(root, args.results, inputs=not args.no_inputs, stages=stages,
                        locked=locked, partial=args.partial)
     problems, manifests, verified = found.problems, found.manifests, found.verified
@@ -395,11 +461,15 @@ def run(cfg, args) -> None:
         log.info("verify: %d stage(s) not pulled (--partial): %s", len(found.not_pulled),
                  ", ".join(found.not_pulled))
     for problem in problems:
-        print(f"MISMATCH {problem}")
+        print(f"{problem.kind} {problem}")
     if problems:
-        files = sorted({p.path for p in problems})
-        raise SystemExit(f"verify: FAILED, {len(files)} file(s) differ from their manifests: "
-                         + ", ".join(files[:20]) + (" …" if len(files) > 20 else ""))
+        files = sorted({p.path for p in problems if p.kind == "MISMATCH"})
+        temps = sorted({p.path for p in problems if p.kind == "LEFTOVER"})
+        said = [f"{len(files)} file(s) differ from their manifests: " + ", ".join(files[:20])
+                + (" …" if len(files) > 20 else "")] if files else []
+        said += [f"{len(temps)} leftover temp(s) of interrupted writes: " + ", ".join(temps[:20])
+                 + (" …" if len(temps) > 20 else "")] if temps else []
+        raise SystemExit("verify: FAILED, " + "; ".join(said))
     log.info("verify: %d artifacts of %d manifests match their manifests", verified, len(manifests))
     if args.no_touch:
         return

@@ -12,6 +12,9 @@ Outputs (in --out-dir): report.html (plots embedded as base64 PNG / inline SVG, 
 file or network access), every plot as its own file (<name>.png, dag.svg with graphviz), a
 CSV per plot for `dvc plots` (<name>.csv) and a Snakemake report caption per plot
 (<name>.rst); then the manifest. Nothing in the page depends on the time it was built.
+
+Here: the rows each input gives (pure), the HTML, one function per section, and the stage; the
+charts are drawn by forgeline.evaluation.charts.
 """
 from __future__ import annotations
 
@@ -23,11 +26,11 @@ import io
 import json
 import logging
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from forgeline.evaluation.charts import (graphviz_svg, plot_copy_curve, plot_critic, plot_dag, plot_difficulty,
+                                         plot_funnel, plot_ppo, plot_sft_curve, plot_success, png_bytes)
 from forgeline.evaluation.stats import format_p, verdict
 from forgeline.provenance import Manifest, atomic_path, read_jsonl, write_text
 
@@ -214,6 +217,12 @@ def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, lis
     return out
 
 
+def success_rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """[{panel, policy, n, resolved, success_rate, ci_low, ci_high}] of a tables metrics.json."""
+    return [{"panel": panel, "policy": name, **{k: row[k] for k in ("n", "resolved", "success_rate", "ci_low", "ci_high")}}
+            for panel in sorted(metrics) for name, row in metrics[panel].items() if "_vs_" not in name]
+
+
 def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """rows as CSV with the given columns (None -> empty)."""
     buf = io.StringIO()
@@ -222,204 +231,6 @@ def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     for r in rows:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     return buf.getvalue()
-
-
-# -- plots (matplotlib Agg; figures in, PNG bytes out) --------------------------------------
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"svg.hashsalt": "forgeline", "font.size": 9})
-    return plt
-
-
-def png_bytes(fig) -> bytes:
-    """The figure as PNG, without the software/date metadata (same data -> same bytes)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    _plt().close(fig)
-    return buf.getvalue()
-
-
-def plot_dag(layers: Sequence[Sequence[str]], edges: Sequence[tuple[str, str]]):
-    """The rule graph drawn in layers (top: inputs, bottom: `all`), arrows between rules."""
-    plt = _plt()
-    width = max((len(layer) for layer in layers), default=1)
-    fig, ax = plt.subplots(figsize=(max(4, 1.7 * width), max(2, 0.9 * len(layers))))
-    pos = {}
-    for y, layer in enumerate(layers):
-        for x, name in enumerate(layer):
-            pos[name] = ((x + 0.5) * width / len(layer), -y)
-    for a, b in edges:
-        ax.annotate("", xy=pos[b], xytext=pos[a],
-                    arrowprops={"arrowstyle": "-|>", "color": "grey", "shrinkA": 11, "shrinkB": 11, "lw": 1})
-    for name, (x, y) in pos.items():
-        ax.text(x, y, name, ha="center", va="center", fontsize=8,
-                bbox={"boxstyle": "round", "fc": "white", "ec": "#4477aa", "lw": 1.5})
-    ax.set_xlim(-0.2, width + 0.2)
-    ax.set_ylim(-len(layers) + 0.5, 0.5)
-    ax.axis("off")
-    return fig
-
-
-def plot_bars(rows: Sequence[tuple[str, int]], title: str, xlabel: str, color: str = "#4477aa"):
-    """Horizontal bars, first row on top, the value written at each bar's end."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 0.35 * len(rows) + 1))
-    labels, values = [r[0] for r in rows], [r[1] for r in rows]
-    ax.barh(range(len(rows)), values, color=color)
-    ax.set_yticks(range(len(rows)), labels)
-    ax.invert_yaxis()
-    for i, v in enumerate(values):
-        ax.text(v, i, f" {v}", va="center", fontsize=8)
-    ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    return fig
-
-
-def plot_funnel(steps: Sequence[tuple[str, int]], rejections: Sequence[tuple[str, int]]):
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.35 * max(len(steps), len(rejections), 3) + 1.2))
-    for ax, rows, title, color in ((axes[0], steps, "tasks at each step", "#4477aa"),
-                                   (axes[1], rejections, "rejections per check", "#cc6677")):
-        ax.barh(range(len(rows)), [r[1] for r in rows], color=color)
-        ax.set_yticks(range(len(rows)), [r[0] for r in rows])
-        ax.invert_yaxis()
-        for i, (_, v) in enumerate(rows):
-            ax.text(v, i, f" {v}", va="center", fontsize=8)
-        ax.set_title(title)
-        ax.set_xlabel("tasks")
-    fig.tight_layout()
-    return fig
-
-
-def plot_difficulty(rows: Sequence[Mapping[str, int]], k: int, band: Sequence[float] | None):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3))
-    cs = [r["c"] for r in rows]
-    kept = [band is not None and band[0] <= r["c"] / k <= band[1] for r in rows] if k else [False] * len(rows)
-    ax.bar(cs, [r["tasks"] for r in rows], color=["#228833" if x else "#bbbbbb" for x in kept])
-    ax.set_xticks(cs)
-    ax.set_xlabel(f"c = resolved episodes of k = {k}")
-    ax.set_ylabel("tasks")
-    ax.set_title("difficulty: tasks by successes (green: kept, in the band)")
-    return fig
-
-
-def plot_critic(rows: Sequence[Mapping[str, Any]], chosen: int | None, baseline_mse: float | None):
-    plt = _plt()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
-    ep = [r["epoch"] for r in rows]
-    for ax, metric, title in ((a, "mse", "value MSE"), (b, "ev", "explained variance")):
-        for split, style in (("train", "-o"), ("val", "-s")):
-            ys = [r[f"{split}_{metric}"] for r in rows]
-            if any(y is not None for y in ys):
-                ax.plot(ep, [float("nan") if y is None else y for y in ys], style, ms=3, label=split)
-        if chosen is not None:
-            ax.axvline(chosen, color="grey", ls="--", lw=1, label=f"chosen epoch {chosen}")
-        ax.set_xlabel("epoch")
-        ax.set_title(title)
-    if baseline_mse is not None:
-        a.axhline(baseline_mse, color="#cc6677", ls=":", lw=1, label="val baseline (mean return)")
-    b.axhline(0, color="black", lw=0.5)
-    a.legend(fontsize=7)
-    b.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_ppo(rows: Sequence[Mapping[str, Any]], gates: Sequence[str]):
-    plt = _plt()
-    fig, axes = plt.subplots(2, 3, figsize=(11, 5.5))
-    steps = [r["step"] for r in rows]
-    panels = (("reward_mean", "mean reward"), ("success_rate", "success rate"), ("kl", "KL to the reference"),
-              ("ev", "critic explained variance"), ("clip_frac", "clip fraction"))
-    for ax, (key, title) in zip(axes.flat, panels):
-        ax.plot(steps, [float("nan") if r.get(key) is None else r[key] for r in rows], "-", lw=1.2)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-    ax = axes.flat[5]
-    for g in gates:
-        ax.plot(steps, [r[f"drops_{g}"] for r in rows], "-", lw=1.2, label=g)
-    ax.set_title("episodes dropped per gate")
-    ax.set_xlabel("step")
-    if gates:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_copy_curve(rows: Sequence[Mapping[str, Any]], ends: Sequence[Mapping[str, Any]]):
-    """Loss and copy accuracy per step, one colour per phase (the same in both panels); a dotted
-    line where each phase but the last ends."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-    for ax, key, title in ((axes[0], "loss", "loss on the copied ids (nats)"),
-                           (axes[1], "copy_accuracy", "copy accuracy (ids copied exactly)")):
-        for end in ends:
-            points = [r for r in rows if r["phase"] == end["phase"]]
-            ax.plot([r["step"] for r in points], [r[key] for r in points], "-o", ms=2.5, lw=1.2, label=end["phase"])
-        for end in ends[:-1]:
-            ax.axvline(end["last_step"], color="grey", ls=":", lw=1)
-        ax.set_xlabel("step")
-        ax.set_title(title)
-    axes[1].set_ylim(0, 1)
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_sft_curve(rows: Sequence[Mapping[str, Any]], window: int):
-    """SFT loss per step, raw and as its moving mean."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    steps = [r["step"] for r in rows]
-    ax.plot(steps, [r["loss"] for r in rows], lw=0.6, alpha=0.5, label="loss per step")
-    ax.plot(steps, [r["loss_mean"] for r in rows], lw=1.5, label=f"{window}-step mean")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats per action token)")
-    ax.set_title("SFT loss")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_success(metrics: Mapping[str, Mapping[str, Any]]):
-    """Success rate with its interval, per panel and policy."""
-    plt = _plt()
-    rows = success_rows(metrics)
-    fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1))
-    ys = range(len(rows))
-    rates = [100 * r["success_rate"] for r in rows]
-    err = [[100 * (r["success_rate"] - r["ci_low"]) for r in rows], [100 * (r["ci_high"] - r["success_rate"]) for r in rows]]
-    ax.errorbar(rates, ys, xerr=err, fmt="o", capsize=3, color="#4477aa")
-    ax.set_yticks(ys, [f"{r['panel']}: {r['policy']}" for r in rows])
-    ax.set_ylim(len(rows) - 0.4, -0.6)  # first row on top, with room around a single row
-    ax.set_xlim(-2, 102)
-    ax.set_xlabel("resolved (%), with the interval")
-    ax.set_title("success rate per panel and policy")
-    return fig
-
-
-def success_rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
-    """[{panel, policy, n, resolved, success_rate, ci_low, ci_high}] of a tables metrics.json."""
-    return [{"panel": panel, "policy": name, **{k: row[k] for k in ("n", "resolved", "success_rate", "ci_low", "ci_high")}}
-            for panel in sorted(metrics) for name, row in metrics[panel].items() if "_vs_" not in name]
-
-
-def graphviz_svg(dot_text: str) -> str | None:
-    """The DOT text drawn by graphviz as SVG, or None when `dot` is not installed or fails."""
-    exe = shutil.which("dot")
-    if exe is None:
-        return None
-    try:
-        done = subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=60, check=True)
-    except (subprocess.SubprocessError, OSError) as exc:
-        log.warning("dot failed (%s); drawing the DAG with matplotlib", exc)
-        return None
-    svg = done.stdout.decode()
-    return svg[svg.find("<svg"):]  # drop the XML prolog and doctype for inline use
 
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -511,188 +322,245 @@ def _read_json(path: str) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
-    """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs."""
-    files: dict[str, bytes | str] = {}
-    sections: list[tuple[str, str, str]] = []
-    missing: list[str] = []
+def _read_text(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
 
-    def figure(name: str, fig, rows: Sequence[Mapping[str, Any]] | None = None, columns: Sequence[str] = ()) -> str:
+
+class Report:
+    """The page being built: its sections in order, the inputs it was not given, and the files
+    written beside it (plots, their CSVs and captions)."""
+
+    def __init__(self) -> None:
+        self.sections: list[tuple[str, str, str]] = []  # (anchor, heading, body HTML)
+        self.missing: list[str] = []
+        self.files: dict[str, bytes | str] = {}
+
+    def load(self, path: str | None, what: str, read=_read_json) -> Any:
+        """The input at `path` (read with `read`), or None, noting `what` as missing, when none was given."""
+        if not path:
+            self.missing.append(what)
+            return None
+        return read(path)
+
+    def load_each(self, paths: Sequence[str], what: str) -> list[tuple[str, Any]] | None:
+        """[(path, JSON)] of several inputs in the given order, or None (and `what` missing) if none."""
+        if not paths:
+            self.missing.append(what)
+            return None
+        return [(p, _read_json(p)) for p in paths]
+
+    def section(self, anchor: str, heading: str, body: str) -> None:
+        self.sections.append((anchor, heading, body))
+
+    def figure(self, name: str, fig, rows: Sequence[Mapping[str, Any]] | None = None,
+               columns: Sequence[str] = ()) -> str:
+        """Keep the figure as <name>.png with its caption <name>.rst (and its rows as <name>.csv);
+        returns the <img> tag that embeds it."""
         png = png_bytes(fig)
-        files[f"{name}.png"] = png
-        files[f"{name}.rst"] = CAPTIONS[name] + "\n"
+        self.files[f"{name}.png"] = png
+        self.files[f"{name}.rst"] = CAPTIONS[name] + "\n"
         if rows is not None:
-            files[f"{name}.csv"] = csv_text(rows, columns)
+            self.files[f"{name}.csv"] = csv_text(rows, columns)
         return img_tag(png, name)
 
-    # the result and the tables
-    metrics = _read_json(args.metrics) if args.metrics else None
-    if metrics is not None:
-        statements = result_statements(metrics)
-        body = "".join(f"<div class=result><b>Panel {esc(panel)}:</b><ul>"
-                       + "".join(f"<li>{esc(s)}.</li>" for s in lines) + "</ul></div>"
-                       for panel, lines in statements.items())
-        sections.append(("result", "Result", body or "<p>The tables hold no panel.</p>"))
-        tbody = ""
-        for panel in sorted(metrics):
-            pol = [{"policy": n, **r} for n, r in metrics[panel].items() if "_vs_" not in n]
-            cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})",
-                     **({"task_p": format_p(c["task_p"]) + f" ({c['task_p']:.4g})"} if "task_p" in c else {})}
-                    for n, c in metrics[panel].items() if "_vs_" in n]
-            tbody += (f"<h3>Panel {esc(panel)}</h3>"
-                      + html_table(pol, ("policy", "resolved", "n", "success_rate", "ci_low", "ci_high",
-                                         "mean_input_tokens", "input_tokens_ratio", "mean_steps", "steps_ratio",
-                                         "mean_wall_s", "wall_s_ratio"))
-                      + (html_table(cmp_, ("comparison", "wins", "ties", "losses", "mcnemar_p", "task_up",
-                                           "task_same", "task_down", "task_p", "significant", "task_significant"))
-                         if cmp_ else ""))
-        tbody += figure("success", plot_success(metrics), success_rows(metrics),
-                        ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high"))
-        tbody += ("<p>McNemar p: exact two-sided binomial test on the discordant pairs; `significant` "
-                  "answers the question on this panel's tasks. With several seeds per task, task_p asks "
-                  "whether the difference carries over to tasks as a sample (the exact paired sign-flip test "
-                  "of the per-task success-rate differences; `task_significant`). Runtime (wall_s) is "
-                  "machine-dependent.</p>")
-        if args.tables_md:
-            tbody += (f"<details><summary>tables.md</summary><pre>{esc(Path(args.tables_md).read_text(encoding='utf-8'))}"
-                      f"</pre></details>")
-        sections.append(("tables", "Paired evaluation tables", tbody))
-    else:
-        sections.append(("result", "Result", "<p>No evaluation tables were given: there is no result to state.</p>"))
-        missing.append("evaluation tables")
 
-    # the DAG
-    if args.dag:
-        dot_text = Path(args.dag).read_text(encoding="utf-8")
-        names, edges = parse_rulegraph(dot_text)
-        svg = graphviz_svg(dot_text) if names else None
-        if not names:  # e.g. `snakemake --rulegraph` failed and left an empty file
-            picture = "<p>The rule graph file names no rules.</p>"
-        elif svg is not None:
-            files["dag.svg"] = svg
-            files["dag.rst"] = CAPTIONS["dag"] + "\n"
-            picture = svg
-        else:
-            picture = figure("dag", plot_dag(dag_layers(names, edges), edges))
-        edge_list = "".join(f"<li><code>{esc(a)}</code> &rarr; <code>{esc(b)}</code></li>" for a, b in edges)
-        drawn = f" (drawn by {'graphviz' if svg else 'matplotlib'})" if names else ""
-        sections.append(("dag", "Workflow DAG", f"{picture}<p>{len(names)} rules, {len(edges)} edges"
-                         f"{drawn}:</p><ul>{edge_list}</ul>"))
-    else:
-        missing.append("DAG")
+# -- the sections, in page order ------------------------------------------------------------
 
-    # the task funnel
-    if args.funnel:
-        funnel = _read_json(args.funnel)
-        steps, rej = funnel_steps(funnel), funnel_rejections(funnel)
-        rows = [{"step": s, "tasks": n} for s, n in steps + rej]
-        per_repo = [{"repo": r, **{k: v for k, v in d.items() if k != "validate_rejected"},
-                     "validate_rejected": sum(d.get("validate_rejected", {}).values())}
-                    for r, d in sorted(funnel.get("repos", {}).items())]
-        sections.append(("funnel", "Task funnel",
-                         figure("funnel", plot_funnel(steps, rej), rows, ("step", "tasks"))
-                         + html_table(per_repo, ("repo", "role", "ingested", "ingest_rejected", "validated",
-                                                 "validate_rejected"))
-                         + (f"<p>Split digest named by the funnel: <code>{esc(funnel.get('split_digest'))}</code></p>")))
-    else:
-        missing.append("task funnel")
+POLICY_COLUMNS = ("policy", "resolved", "n", "success_rate", "ci_low", "ci_high", "mean_input_tokens",
+                  "input_tokens_ratio", "mean_steps", "steps_ratio", "mean_wall_s", "wall_s_ratio")
+COMPARISON_COLUMNS = ("comparison", "wins", "ties", "losses", "mcnemar_p", "task_up", "task_same", "task_down",
+                      "task_p", "significant", "task_significant")
+SUCCESS_COLUMNS = ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high")
+TESTS_NOTE = ("<p>McNemar p: exact two-sided binomial test on the discordant pairs; `significant` "
+              "answers the question on this panel's tasks. With several seeds per task, task_p asks "
+              "whether the difference carries over to tasks as a sample (the exact paired sign-flip test "
+              "of the per-task success-rate differences; `task_significant`). Runtime (wall_s) is "
+              "machine-dependent.</p>")
 
-    # the split digest
-    if args.split:
-        split = _read_json(args.split)
-        rows = [{"split": s, "tasks": split["counts"].get(s), "share": split.get("shares", {}).get(s),
-                 "fraction": split.get("fractions", {}).get(s), "repos": ", ".join(split.get("repos", {}).get(s, []))}
-                for s in sorted(split["counts"])]
-        sections.append(("split", "Frozen split", f"<p>Digest <code>{esc(split['digest'])}</code> "
-                         f"(scheme <code>{esc(split.get('digest_scheme'))}</code>, seed {esc(split.get('seed'))}; "
-                         f"defined by {esc(', '.join(split.get('defining_fields', [])))}).</p>"
-                         + html_table(rows, ("split", "tasks", "share", "fraction", "repos"))))
-    else:
-        missing.append("split")
 
-    # image digests
-    if args.images:
-        recs = sorted((_read_json(p) for p in args.images), key=lambda r: r.get("repo", ""))
-        sections.append(("images", "Task images", html_table(
-            recs, ("repo", "commit", "tag", "image_id", "base_image", "build_input_digest"),
-            mono=("commit", "image_id", "build_input_digest"))))
-    else:
-        missing.append("images")
+def result_section(report: Report, metrics: Mapping[str, Any] | None) -> None:
+    """The result, stated plainly: each panel's success rates and verdicts (always on the page)."""
+    if metrics is None:
+        report.section("result", "Result", "<p>No evaluation tables were given: there is no result to state.</p>")
+        return
+    body = "".join(f"<div class=result><b>Panel {esc(panel)}:</b><ul>"
+                   + "".join(f"<li>{esc(s)}.</li>" for s in lines) + "</ul></div>"
+                   for panel, lines in result_statements(metrics).items())
+    report.section("result", "Result", body or "<p>The tables hold no panel.</p>")
 
-    # the base policy, when the tiny model was made here: copy pre-training, then SFT
-    base = ""
-    if args.copy_curve:
-        rows = copy_rows(_read_json(args.copy_curve))
+
+def tables_section(report: Report, metrics: Mapping[str, Any] | None, tables_md: str | None) -> None:
+    """Per panel: the policies' success and cost, the paired comparisons; the success plot; tables.md."""
+    if metrics is None:
+        return
+    body = ""
+    for panel in sorted(metrics):
+        pol = [{"policy": n, **r} for n, r in metrics[panel].items() if "_vs_" not in n]
+        cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})",
+                 **({"task_p": format_p(c["task_p"]) + f" ({c['task_p']:.4g})"} if "task_p" in c else {})}
+                for n, c in metrics[panel].items() if "_vs_" in n]
+        body += (f"<h3>Panel {esc(panel)}</h3>" + html_table(pol, POLICY_COLUMNS)
+                 + (html_table(cmp_, COMPARISON_COLUMNS) if cmp_ else ""))
+    success = success_rows(metrics)
+    body += report.figure("success", plot_success(success), success, SUCCESS_COLUMNS)
+    body += TESTS_NOTE
+    if tables_md is not None:
+        body += f"<details><summary>tables.md</summary><pre>{esc(tables_md)}</pre></details>"
+    report.section("tables", "Paired evaluation tables", body)
+
+
+def dag_section(report: Report, dot_text: str | None) -> None:
+    """The rule graph: drawn by graphviz when installed, else by matplotlib; its edges listed."""
+    if dot_text is None:
+        return
+    names, edges = parse_rulegraph(dot_text)
+    svg = graphviz_svg(dot_text) if names else None
+    if not names:  # e.g. `snakemake --rulegraph` failed and left an empty file
+        picture = "<p>The rule graph file names no rules.</p>"
+    elif svg is not None:
+        report.files["dag.svg"] = svg
+        report.files["dag.rst"] = CAPTIONS["dag"] + "\n"
+        picture = svg
+    else:
+        picture = report.figure("dag", plot_dag(dag_layers(names, edges), edges))
+    edge_list = "".join(f"<li><code>{esc(a)}</code> &rarr; <code>{esc(b)}</code></li>" for a, b in edges)
+    drawn = f" (drawn by {'graphviz' if svg else 'matplotlib'})" if names else ""
+    report.section("dag", "Workflow DAG",
+                   f"{picture}<p>{len(names)} rules, {len(edges)} edges{drawn}:</p><ul>{edge_list}</ul>")
+
+
+def funnel_section(report: Report, funnel: Mapping[str, Any] | None) -> None:
+    """Tasks at each step and rejections per check (plot), per repository (table)."""
+    if funnel is None:
+        return
+    steps, rej = funnel_steps(funnel), funnel_rejections(funnel)
+    rows = [{"step": s, "tasks": n} for s, n in steps + rej]
+    per_repo = [{"repo": r, **{k: v for k, v in d.items() if k != "validate_rejected"},
+                 "validate_rejected": sum(d.get("validate_rejected", {}).values())}
+                for r, d in sorted(funnel.get("repos", {}).items())]
+    report.section("funnel", "Task funnel",
+                   report.figure("funnel", plot_funnel(steps, rej), rows, ("step", "tasks"))
+                   + html_table(per_repo, ("repo", "role", "ingested", "ingest_rejected", "validated",
+                                           "validate_rejected"))
+                   + f"<p>Split digest named by the funnel: <code>{esc(funnel.get('split_digest'))}</code></p>")
+
+
+def split_section(report: Report, split: Mapping[str, Any] | None) -> None:
+    """The frozen split's digest, how it is defined, and each split's size."""
+    if split is None:
+        return
+    rows = [{"split": s, "tasks": split["counts"].get(s), "share": split.get("shares", {}).get(s),
+             "fraction": split.get("fractions", {}).get(s), "repos": ", ".join(split.get("repos", {}).get(s, []))}
+            for s in sorted(split["counts"])]
+    report.section("split", "Frozen split", f"<p>Digest <code>{esc(split['digest'])}</code> "
+                   f"(scheme <code>{esc(split.get('digest_scheme'))}</code>, seed {esc(split.get('seed'))}; "
+                   f"defined by {esc(', '.join(split.get('defining_fields', [])))}).</p>"
+                   + html_table(rows, ("split", "tasks", "share", "fraction", "repos")))
+
+
+def images_section(report: Report, records: Sequence[tuple[str, Mapping[str, Any]]] | None) -> None:
+    """One row per repository image: its commit, tag, id, base image and build-input digest."""
+    if records is None:
+        return
+    recs = sorted((r for _, r in records), key=lambda r: r.get("repo", ""))
+    report.section("images", "Task images", html_table(
+        recs, ("repo", "commit", "tag", "image_id", "base_image", "build_input_digest"),
+        mono=("commit", "image_id", "build_input_digest")))
+
+
+def base_policy_section(report: Report, copy_curve: Sequence[Mapping[str, Any]] | None,
+                        sft_curve: Sequence[Mapping[str, Any]] | None) -> None:
+    """How the tiny base policy was made here: copy pre-training, then SFT (absent: a hub model)."""
+    body = ""
+    if copy_curve is not None:
+        rows = copy_rows(copy_curve)
         ends = copy_phase_ends(rows)
-        base += (figure("copy_curve", plot_copy_curve(rows, ends), rows, COPY_COLUMNS)
+        body += (report.figure("copy_curve", plot_copy_curve(rows, ends), rows, COPY_COLUMNS)
                  + "<p>Final copy accuracy per phase: "
                  + ", ".join(f"{esc(e['phase'])} {100 * e['copy_accuracy']:.1f}%" for e in ends) + ".</p>"
                  + html_table(ends, ("phase", "steps", "last_step", "loss", "copy_accuracy")))
-    else:
-        missing.append("copy pre-training curve")
-    if args.sft_curve:
-        rows = sft_rows(_read_json(args.sft_curve))
+    if sft_curve is not None:
+        rows = sft_rows(sft_curve)
         first, last = rows[0], rows[-1]
         epochs = len({r["epoch"] for r in rows})
-        base += (figure("sft_curve", plot_sft_curve(rows, SFT_MEAN_STEPS), rows, SFT_COLUMNS)
+        body += (report.figure("sft_curve", plot_sft_curve(rows, SFT_MEAN_STEPS), rows, SFT_COLUMNS)
                  + f"<p>SFT: {len(rows)} steps over {epochs} epoch{'s' if epochs > 1 else ''}, "
                    f"{sum(r['tokens'] for r in rows):,} action tokens; loss {first['loss']:.3f} at step "
                    f"{first['step']} &rarr; {last['loss']:.3f} at step {last['step']} "
                    f"({SFT_MEAN_STEPS}-step mean {last['loss_mean']:.3f}).</p>")
-    else:
-        missing.append("SFT loss curve")
-    if base:
-        sections.append(("base", "Base policy", base))
+    if body:
+        report.section("base", "Base policy", body)
 
-    # difficulty
-    if args.difficulty:
-        rep = merge_difficulty([_read_json(p) for p in args.difficulty])
-        k = int(rep["k"])
-        rows = difficulty_rows(rep)
-        band = rep.get("band")
-        sections.append(("difficulty", "Difficulty (pass@k)",
-                         figure("difficulty", plot_difficulty(rows, k, band), rows, ("c", "tasks"))
-                         + f"<p>{len(rep.get('kept', []))} task(s) kept, {len(rep.get('dropped', []))} dropped "
-                           f"(band {esc(band)}); mean pass@1 {_fmt(rep.get('mean_pass@1'))}, "
-                           f"mean pass@{k} {_fmt(rep.get(f'mean_pass@{k}'))}.</p>"))
-    else:
-        missing.append("difficulty")
 
-    # critic
-    if args.critic:
-        critic = _read_json(args.critic)
-        rows = critic_rows(critic)
-        summary = [{"split": s, **{k: critic.get(s, {}).get(k) for k in ("mse", "ev", "baseline_mse", "episodes", "tasks")}}
-                   for s in ("val", "test") if s in critic]
-        sections.append(("critic", "Critic",
-                         figure("critic_curve", plot_critic(rows, critic.get("chosen_epoch"),
-                                                            (critic.get("val") or {}).get("baseline_mse")),
-                                rows, CRITIC_COLUMNS)
-                         + f"<p>Chosen epoch: {esc(critic.get('chosen_epoch'))}.</p>"
-                         + html_table(summary, ("split", "mse", "ev", "baseline_mse", "episodes", "tasks"))))
-    else:
-        missing.append("critic metrics")
+def difficulty_section(report: Report, reports: Sequence[tuple[str, Mapping[str, Any]]] | None) -> None:
+    """The pass@k histogram of the pool (per-repository reports merged) and what was kept."""
+    if reports is None:
+        return
+    rep = merge_difficulty([r for _, r in reports])
+    k = int(rep["k"])
+    rows = difficulty_rows(rep)
+    band = rep.get("band")
+    report.section("difficulty", "Difficulty (pass@k)",
+                   report.figure("difficulty", plot_difficulty(rows, k, band), rows, ("c", "tasks"))
+                   + f"<p>{len(rep.get('kept', []))} task(s) kept, {len(rep.get('dropped', []))} dropped "
+                     f"(band {esc(band)}); mean pass@1 {_fmt(rep.get('mean_pass@1'))}, "
+                     f"mean pass@{k} {_fmt(rep.get(f'mean_pass@{k}'))}.</p>")
 
-    # PPO
-    if args.ppo_log:
-        rows, gates = ppo_rows(read_jsonl(args.ppo_log))
-        last = rows[-1] if rows else {}
-        sections.append(("ppo", "PPO",
-                         figure("ppo_curve", plot_ppo(rows, gates), rows,
-                                (*PPO_COLUMNS, *(f"drops_{g}" for g in gates)))
-                         + f"<p>{len(rows)} steps; last step: reward {_fmt(last.get('reward_mean'))}, "
-                           f"success rate {_fmt(last.get('success_rate'))}, KL {_fmt(last.get('kl'))}.</p>"))
-    else:
-        missing.append("PPO log")
 
-    # artifacts
-    if args.manifests:
-        rows = artifact_rows({p: _read_json(p) for p in sorted(args.manifests)})
-        sections.append(("artifacts", "Artifacts (sha256)",
-                         html_table(rows, ("path", "stage", "kind", "bytes", "sha256"), mono=("path", "sha256"))))
-    else:
-        missing.append("artifact manifests")
-    return page(args.title, sections, missing), files
+def critic_section(report: Report, critic: Mapping[str, Any] | None) -> None:
+    """The critic's curves per epoch, the chosen epoch, and its val/test metrics."""
+    if critic is None:
+        return
+    rows = critic_rows(critic)
+    summary = [{"split": s, **{k: critic.get(s, {}).get(k) for k in ("mse", "ev", "baseline_mse", "episodes", "tasks")}}
+               for s in ("val", "test") if s in critic]
+    report.section("critic", "Critic",
+                   report.figure("critic_curve", plot_critic(rows, critic.get("chosen_epoch"),
+                                                             (critic.get("val") or {}).get("baseline_mse")),
+                                 rows, CRITIC_COLUMNS)
+                   + f"<p>Chosen epoch: {esc(critic.get('chosen_epoch'))}.</p>"
+                   + html_table(summary, ("split", "mse", "ev", "baseline_mse", "episodes", "tasks")))
+
+
+def ppo_section(report: Report, log_lines: Sequence[Mapping[str, Any]] | None) -> None:
+    """PPO's curves per step and where its last step ended."""
+    if log_lines is None:
+        return
+    rows, gates = ppo_rows(log_lines)
+    last = rows[-1] if rows else {}
+    report.section("ppo", "PPO",
+                   report.figure("ppo_curve", plot_ppo(rows, gates), rows,
+                                 (*PPO_COLUMNS, *(f"drops_{g}" for g in gates)))
+                   + f"<p>{len(rows)} steps; last step: reward {_fmt(last.get('reward_mean'))}, "
+                     f"success rate {_fmt(last.get('success_rate'))}, KL {_fmt(last.get('kl'))}.</p>")
+
+
+def artifacts_section(report: Report, manifests: Sequence[tuple[str, Mapping[str, Any]]] | None) -> None:
+    """The sha256 of every output the given manifests name."""
+    if manifests is None:
+        return
+    rows = artifact_rows(dict(manifests))
+    report.section("artifacts", "Artifacts (sha256)",
+                   html_table(rows, ("path", "stage", "kind", "bytes", "sha256"), mono=("path", "sha256")))
+
+
+def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
+    """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs."""
+    report = Report()
+    metrics = report.load(args.metrics, "evaluation tables")
+    result_section(report, metrics)
+    tables_section(report, metrics, _read_text(args.tables_md) if metrics is not None and args.tables_md else None)
+    dag_section(report, report.load(args.dag, "DAG", _read_text))
+    funnel_section(report, report.load(args.funnel, "task funnel"))
+    split_section(report, report.load(args.split, "split"))
+    images_section(report, report.load_each(args.images, "images"))
+    base_policy_section(report, report.load(args.copy_curve, "copy pre-training curve"),
+                        report.load(args.sft_curve, "SFT loss curve"))
+    difficulty_section(report, report.load_each(args.difficulty, "difficulty"))
+    critic_section(report, report.load(args.critic, "critic metrics"))
+    ppo_section(report, report.load(args.ppo_log, "PPO log", read_jsonl))
+    artifacts_section(report, report.load_each(sorted(args.manifests), "artifact manifests"))
+    return page(args.title, report.sections, report.missing), report.files
 
 
 def run(cfg, args: argparse.Namespace) -> None:

@@ -273,6 +273,22 @@ def test_bad_exports_raise():
                           settings, src)
 
 
+def test_templates_are_package_data():
+    """Every file of tasks/harbor_files/ is read through importlib.resources and matched by a
+    package-data pattern of pyproject.toml, so a wheel (not only an editable install) ships it."""
+    folder = Path(harbor.__file__).parent / harbor.TEMPLATE_DIR
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    assert names == ["Dockerfile.in", "grade.py", "solve.sh.in", "test.sh.in"]
+    for name in names:
+        assert harbor.template(name).encode("utf-8") == (folder / name).read_bytes()
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["forgeline"]
+    package = folder.parents[1]
+    shipped = {p for pattern in patterns for p in package.glob(pattern)}
+    assert {folder / n for n in names} <= shipped
+    compile(harbor.template("grade.py"), "grade.py", "exec")  # the verifier is a program as it is
+
+
 def test_toml_strings_round_trip():
     tricky = 'quote " backslash \\ newline \n tab \t del \x7f nul \x00 unicode é \u2028 end'
     text = harbor.render_toml({"a": tricky, "n": 3, "f": 1.5, "b": True, "l": ["x", "y"]},

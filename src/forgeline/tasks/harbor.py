@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -40,6 +41,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
@@ -48,8 +50,9 @@ from forgeline.provenance import Manifest, atomic_path, canonical_json, sha256_b
 from forgeline.sandbox import grading
 from forgeline.sandbox.grading import is_test_path
 from forgeline.sandbox.images import base_spec
+from forgeline.sandbox.snapshot import snapshot_files
 from forgeline.sandbox.verify import FORBIDDEN_NAMES, file_names, split_diff
-from forgeline.tasks.repos import RepoSnapshot, snapshot_files
+from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
 from forgeline.tasks.split import (DIGEST_SCHEME, SPLIT_JSON, frozen_split_digest,
                                    instance_content_digest, load_instances)
@@ -78,268 +81,17 @@ REGULAR = 0o644
 
 
 # -- templates -----------------------------------------------------------------------------
-
-DOCKERFILE = """\
-# Environment of the forgeline task {instance_id} (written by `forgeline harbor`).
-# The snapshot of {repo} (commit {commit}) under /testbed with the task's bug applied: a git
-# repository with ONE baseline commit of the bugged tree, so `git diff` shows the agent's changes
-# and the history does not show the bug. Mirrors envs/repo.Dockerfile. Needs python3 with
-# pytest, git, bash: taken from BASE_IMAGE when it has them (no network needed), else installed
-# from Debian ({packages}).
-ARG BASE_IMAGE={base_image}
-FROM ${{BASE_IMAGE}}
-
-ENV PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \\
-    PYTHONDONTWRITEBYTECODE=1 \\
-    PYTHONHASHSEED=0 \\
-    PYTHONUNBUFFERED=1 \\
-    TZ=UTC \\
-    LC_ALL=C.UTF-8
-
-COPY repo/ /testbed/
-COPY bug.patch /tmp/forgeline-bug.patch
-
-RUN set -eu; \\
-    if ! {{ command -v git && python3 -m pytest --version; }} >/dev/null 2>&1; then \\
-        apt-get update; \\
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages}; \\
-        rm -rf /var/lib/apt/lists/*; \\
-    fi; \\
-    if ! getent passwd {user} >/dev/null; then \\
-        echo '{user}:x:{uid}:{uid}:forgeline sandbox user:/home/{user}:/bin/bash' >> /etc/passwd; \\
-        echo '{user}:x:{uid}:' >> /etc/group; \\
-    fi; \\
-    mkdir -p /home/{user}; chown {uid}:{uid} /home/{user}; \\
-    cd /testbed; \\
-    git apply /tmp/forgeline-bug.patch; \\
-    rm -f /tmp/forgeline-bug.patch; \\
-    export GIT_AUTHOR_NAME=forgeline GIT_AUTHOR_EMAIL=forgeline@localhost \\
-           GIT_COMMITTER_NAME=forgeline GIT_COMMITTER_EMAIL=forgeline@localhost \\
-           GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z; \\
-    git -c init.defaultBranch=main init -q; \\
-    git add -A; \\
-    git -c commit.gpgsign=false commit -q -m baseline --allow-empty; \\
-    chown -R {uid}:{uid} /testbed; \\
-    printf '%s\\n' '{marker}' > {marker_path}; \\
-    python3 -m pytest --version >/dev/null 2>&1 || {{ echo 'the image lacks pytest' >&2; exit 1; }}
-
-WORKDIR /testbed
-"""
-
-SOLVE_SH = """\
-#!/bin/bash
-# Oracle of the forgeline task {instance_id} (written by `forgeline harbor`): the fix is the
-# bug patch reversed. TESTBED (default /testbed) is where the repository is.
-set -euo pipefail
-TESTBED="${{TESTBED:-/testbed}}"
-here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
-cd "$TESTBED"
-git -c safe.directory='*' apply -R "$here/bug.patch"
-"""
-
-TEST_SH = """\
-#!/bin/bash
-# Verifier of the forgeline task {instance_id} (written by `forgeline harbor`).
-# Grades the repository at TESTBED (default /testbed) the SWE-bench way with grade.py and writes
-# the reward, 1 or 0, to LOGS_DIR/verifier/reward.txt (LOGS_DIR default /logs). A reward file
-# that exists before the tests ran is never trusted: it is removed first, and the reward is
-# written here, after the tests, whatever happened to them (no verdict = 0).
-# FORGELINE_PYTHON: the python with pytest (default python3).
-set -u
-TESTBED="${{TESTBED:-/testbed}}"
-LOGS_DIR="${{LOGS_DIR:-/logs}}"
-PYTHON="${{FORGELINE_PYTHON:-python3}}"
-here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
-out="$LOGS_DIR/verifier"
-mkdir -p "$out"
-rm -f -- "$out/reward.txt" "$out/reward.json"
-if "$PYTHON" "$here/grade.py" --testbed "$TESTBED" --config "$here/config.json" \\
-        --report "$out/report.json"; then
-    reward=1
-else
-    reward=0
-fi
-# Harbor reads reward.json before reward.txt: only this script's reward.txt may be there.
-rm -f -- "$out/reward.json" "$out/reward.txt"
-printf '%s\\n' "$reward" > "$out/reward.txt.$$"
-mv -f -- "$out/reward.txt.$$" "$out/reward.txt"
-echo "forgeline verifier: reward $reward"
-exit 0
-"""
-
-GRADE_PY = '''\
-"""Grade one forgeline task the SWE-bench way (written by `forgeline harbor`; run by test.sh).
-
-1. Tidy the repository: put back the test and test-configuration files shipped in original/
-   (what the agent did to them does not count), remove what the agent added that could change
-   how pytest runs (new test files, conftest.py, pytest.ini/tox.ini/setup.cfg/pyproject.toml,
-   sitecustomize.py, *.pth, new top-level modules or packages, dot-directories, symlinks,
-   __pycache__).
-2. Run the FAIL_TO_PASS and PASS_TO_PASS tests with pytest, with a clean environment and a time
-   limit. Inside a forgeline task image, as root: as the unprivileged sandbox user, and every
-   process of that user (the agent's leftovers, anything the tests started) is killed before
-   and after, so nothing can write a reward after the verdict.
-3. Grade with forgeline.sandbox.grading (shipped beside this file, verbatim): the verdicts come
-   from pytest's own reports (its RUNNER plugin), and resolved iff every FAIL_TO_PASS and
-   PASS_TO_PASS test PASSED or XFAILed.
-
-Writes the report (JSON) to --report; exit status 0 iff resolved, 1 if not, 2 on an error.
-"""
-import argparse
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import forgeline_grading as grading  # noqa: E402
-
-MARKER = Path("__MARKER__")
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Package data in forgeline/tasks/harbor_files/ (pyproject.toml installs them): Dockerfile.in,
+# solve.sh.in and test.sh.in are str.format templates ({instance_id}, ...; `{{`/`}}` stand for
+# one brace); grade.py, the verifier program, is shipped as it is but for its __MARKER__.
+TEMPLATE_DIR = "harbor_files"
 
 
-def sandbox_user():
-    """(uid, gid, home) to run the tests as: only as root inside a forgeline task image."""
-    if os.geteuid() != 0 or not MARKER.is_file():
-        return None
-    info = json.loads(MARKER.read_text())
-    return int(info["uid"]), int(info["gid"]), info["home"]
+@functools.cache
+def template(name: str) -> str:
+    """The text of forgeline/tasks/harbor_files/<name>."""
+    return resources.files("forgeline.tasks").joinpath(TEMPLATE_DIR, name).read_bytes().decode("utf-8")
 
-
-def kill_user(user):
-    """SIGKILL every process of the sandbox user (kill(-1) from a process of that uid)."""
-    if user is None:
-        return
-    code = "import os, signal\\ntry:\\n    os.kill(-1, signal.SIGKILL)\\nexcept ProcessLookupError:\\n    pass\\n"
-    for _ in range(3):
-        subprocess.run([sys.executable, "-c", code], user=user[0], group=user[1],
-                       extra_groups=[], env={"PATH": PATH}, check=False)
-
-
-def admissible_new(rel, tops, forbidden):
-    """May a file the agent ADDED stay for the test run?"""
-    parts = rel.split("/")
-    return not (grading.is_test_path(rel) or parts[-1] in forbidden or rel.endswith(".pth")
-                or parts[0] not in tops or any(p.startswith(".") for p in parts))
-
-
-def tidy(testbed, cfg):
-    """Restore original/ into testbed and remove inadmissible additions; returns what changed."""
-    baseline = set(cfg["baseline_files"])
-    restore = set(cfg["restore"])
-    forbidden = set(cfg["forbidden_names"])
-    tops = {rel.split("/")[0] for rel in baseline}
-    base_dirs = {"/".join(rel.split("/")[:i]) for rel in baseline for i in range(1, rel.count("/") + 1)}
-    removed = []
-    for dirpath, dirnames, filenames in os.walk(testbed):
-        rel_dir = os.path.relpath(dirpath, testbed).replace(os.sep, "/")
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        keep = []
-        for name in sorted(dirnames):
-            rel, full = rel_dir + name, os.path.join(dirpath, name)
-            if rel == ".git" and not os.path.islink(full):
-                continue  # git metadata: pytest never reads it
-            if os.path.islink(full):
-                os.unlink(full)
-            elif name == "__pycache__" or (rel not in base_dirs and (
-                    name.startswith(".") or not rel_dir and name not in tops)):
-                shutil.rmtree(full)
-            else:
-                keep.append(name)
-                continue
-            removed.append(rel + "/")
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            rel, full = rel_dir + name, os.path.join(dirpath, name)
-            if os.path.islink(full) or not os.path.isfile(full):
-                os.unlink(full)
-                removed.append(rel)
-            elif rel not in baseline and not admissible_new(rel, tops, forbidden):
-                os.unlink(full)
-                removed.append(rel)
-    restored = []
-    for rel in sorted(restore):
-        target = Path(testbed, rel)
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(HERE / "original" / rel, target)
-        restored.append(rel)
-    return sorted(removed), restored
-
-
-def run_tests(testbed, tests, timeout_s, user):
-    """(pytest output, per-test results, exit code, timed out) of the given tests, in a clean
-    environment."""
-    env = {"PATH": os.environ.get("PATH", PATH), "HOME": user[2] if user else os.environ.get("HOME", "/tmp"),
-           "LC_ALL": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONUNBUFFERED": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    extra = dict(user=user[0], group=user[1], extra_groups=[]) if user else {}
-    scratch = tempfile.mkdtemp(prefix="forgeline-grade-")
-    os.chmod(scratch, 0o777)  # the sandbox user writes the results there
-    results = os.path.join(scratch, "results.jsonl")
-    cmd = grading.pytest_command(tests, results, python=sys.executable)
-    proc = subprocess.Popen(cmd, cwd=testbed, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, **extra)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        timed_out = True
-    try:
-        found = grading.parse_results(Path(results).read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        found = grading.Results()
-    shutil.rmtree(scratch, ignore_errors=True)
-    return out.decode("utf-8", "replace"), found, proc.returncode, timed_out
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--testbed", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--report", required=True)
-    args = parser.parse_args(argv)
-    cfg = json.loads(Path(args.config).read_text(encoding="utf-8"))
-    user = sandbox_user()
-    kill_user(user)
-    t0 = time.monotonic()
-    removed, restored = tidy(args.testbed, cfg)
-    f2p, p2p = cfg["fail_to_pass"], cfg["pass_to_pass"]
-    tests = sorted(set(f2p) | set(p2p))
-    log, found, code, timed_out = run_tests(args.testbed, tests, cfg["test_timeout_s"], user)
-    kill_user(user)
-    print(log)
-    result = grading.grade(found.statuses, f2p, p2p)
-    if timed_out:
-        result["resolved"] = False
-    report = {"instance_id": cfg["instance_id"], **result, "timed_out": timed_out,
-              "pytest_exit_code": code, "removed": removed, "restored": restored,
-              "sandbox_user": user is not None, "seconds": round(time.monotonic() - t0, 3)}
-    Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.report).write_text(json.dumps(report, indent=2, sort_keys=True) + "\\n", encoding="utf-8")
-    print(json.dumps({k: report[k] for k in ("resolved", "fail_to_pass", "pass_to_pass", "failing")},
-                     sort_keys=True))
-    return 0 if report["resolved"] else 1
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:  # no verdict: test.sh writes 0
-        print(f"forgeline grade.py: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(2)
-'''
 
 INSTRUCTION_NOTE = ("The repository is at `/testbed`: fix the problem described above by "
                     "editing its source code (the tests are not yours to change).")
@@ -545,16 +297,16 @@ def task_files(instance: dict, split_name: str, split_digest: str,
         "instruction.md": (instruction_md(instance).encode("utf-8"), REGULAR),
         "task.toml": (task_toml(instance, split_name, split_digest, repo_image,
                                 settings).encode("utf-8"), REGULAR),
-        "environment/Dockerfile": (DOCKERFILE.format(
+        "environment/Dockerfile": (template("Dockerfile.in").format(
             instance_id=iid, repo=instance["repo"], commit=instance.get("base_commit") or "?",
             base_image=settings.base_image, packages=" ".join(settings.packages),
             user=SANDBOX_USER, uid=SANDBOX_UID, marker=marker,
             marker_path=ENV_MARKER).encode("utf-8"), REGULAR),
         "environment/bug.patch": (patch_bytes, REGULAR),
-        "solution/solve.sh": (SOLVE_SH.format(instance_id=iid).encode("utf-8"), EXECUTABLE),
+        "solution/solve.sh": (template("solve.sh.in").format(instance_id=iid).encode("utf-8"), EXECUTABLE),
         "solution/bug.patch": (patch_bytes, REGULAR),
-        "tests/test.sh": (TEST_SH.format(instance_id=iid).encode("utf-8"), EXECUTABLE),
-        "tests/grade.py": (GRADE_PY.replace("__MARKER__", ENV_MARKER).encode("utf-8"), REGULAR),
+        "tests/test.sh": (template("test.sh.in").format(instance_id=iid).encode("utf-8"), EXECUTABLE),
+        "tests/grade.py": (template("grade.py").replace("__MARKER__", ENV_MARKER).encode("utf-8"), REGULAR),
         "tests/forgeline_grading.py": (grading_source.encode("utf-8"), REGULAR),
         "tests/config.json": ((json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False)
                                + "\n").encode("utf-8"), REGULAR),

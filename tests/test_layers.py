@@ -1,12 +1,11 @@
 """The package's layers: every import points down, and no module imports itself back.
 
-Top to bottom (docs/layout, /work/shared/reference/layout.md): the CLI and the workflow tools;
-the phases of the experiment in DAG order (tasks, agent, train, evaluation); the infrastructure
-they share (sandbox, policy); the ground floor (config, provenance, seeds, plots, code digests).
+Top to bottom: the CLI and the workflow tools; the phases of the experiment in DAG order (tasks,
+agent, train, evaluation); the infrastructure they share (sandbox, policy); the ground floor
+(config and its typed sections, provenance, seeds, plots, code digests).
 A module may import its own layer or a lower one, never a higher one: editing a phase then never
 changes the code of the infrastructure beneath it, and a stage's code is only what it runs.
-Imports inside functions count the same as those at the top (provenance.stage_sources and the
-code digests follow both).
+Imports inside functions count the same as those at the top (the code digests follow both).
 """
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "src" / "forgeline"
 # The first name under forgeline -> its layer; higher numbers sit higher.
 GROUND, INFRASTRUCTURE, TASKS, AGENT, TRAIN, EVALUATION, TOP = range(7)
 LAYER = {
-    "": GROUND, "config": GROUND, "provenance": GROUND, "seeds": GROUND, "plots": GROUND,
-    "codedeps": GROUND,
+    "": GROUND, "config": GROUND, "params": GROUND, "provenance": GROUND, "seeds": GROUND,
+    "plots": GROUND, "codedeps": GROUND,
     "sandbox": INFRASTRUCTURE, "policy": INFRASTRUCTURE,
     "tasks": TASKS, "agent": AGENT, "train": TRAIN, "evaluation": EVALUATION,
     "cli": TOP, "workflow": TOP,

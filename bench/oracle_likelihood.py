@@ -80,7 +80,7 @@ def main() -> None:
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forgeline.agent.episode import agent_config
+    from forgeline import config
     from forgeline.agent.oracle import oracle_episode
     from forgeline.sandbox import get_sandbox
 
@@ -93,7 +93,7 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(args.policy)
     model = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).eval()
     sandbox = get_sandbox({**params["sandbox"], "backend": "process"})
-    agent = agent_config(params["agent"])
+    agent = config.load([ROOT / "params.yaml"]).agent
 
     rows = []
     for n, task in enumerate(tasks, 1):

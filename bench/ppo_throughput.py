@@ -105,7 +105,7 @@ def main() -> int:
     from test_critic import make_tasks
     from tiny_project import TINY_REPOS, write_repo
 
-    from forgeline.agent.episode import agent_config
+    from forgeline import config
     from forgeline.policy import model as tiny, tokenizer as tk
     from forgeline.policy.engine import HFEngine
     from forgeline.sandbox.process import ProcessSandbox
@@ -133,13 +133,15 @@ def main() -> int:
     (work / "critic").mkdir()
     critic.save_value_model(critic.init_value_model(policy, -0.2), work / "critic")
 
-    c = ppo.ppo_config({**params["train"]["ppo"], "tasks_per_step": a.tasks_per_step})
-    agent = agent_config({**params["agent"], "max_steps": 4, "max_new_tokens": 64, "alignment": "text",
-                          "rollout": {"concurrency": 4, "seeding": "episode"}})
+    cfg = config.load([ROOT / "params.yaml"])
+    c = config.merged(cfg.train.ppo, {"tasks_per_step": a.tasks_per_step})
+    agent = config.merged(cfg.agent, {"max_steps": 4, "max_new_tokens": 64, "alignment": "text",
+                                      "rollout": {"concurrency": 4, "seeding": "episode"}})
     tokenizer = AutoTokenizer.from_pretrained(policy)
     base = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
-    actor = ppo.make_actor(base, c["lora"], 0)
+    actor = ppo.make_actor(base, c.lora, 0)
     trainer = ppo.PPOTrainer(actor, critic.load_value_model(work / "critic"), c, 0)
+    c = config.as_dict(c)  # from here on: what the report and the TRL side read
     batches: dict[int, list] = {}  # step -> the kept samples its update got (run_step does not return them)
     update_cpu_s: dict[int, float] = {}  # step -> CPU seconds of its update (robust to a loaded machine)
     update = trainer.update

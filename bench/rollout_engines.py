@@ -136,13 +136,13 @@ def main() -> int:
     if a.tasks:
         import yaml
 
-        from forgeline.agent.episode import agent_config
+        from forgeline import config
         from forgeline.agent.rollout import sample_seeds
         from forgeline.provenance import read_jsonl
         from forgeline.sandbox import get_sandbox
 
         cfg = yaml.safe_load((ROOT / "params.yaml").read_text())
-        agent = agent_config(cfg["agent"])
+        agent = config.load([ROOT / "params.yaml"]).agent
         tasks = sorted(read_jsonl(a.tasks), key=lambda t: t["instance_id"])
         seeds = sample_seeds(int(cfg["seed"]), -(-a.episodes // len(tasks)))
         pairs = [(t, s) for s in seeds for t in tasks][:a.episodes]

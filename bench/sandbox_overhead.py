@@ -71,8 +71,8 @@ def main() -> int:
     client = engine.connect()
 
     t0 = time.perf_counter()
-    base = images.ensure_base_image(client, images.base_image_section(cfg.section("sandbox")),
-                                    ROOT / ".forgeline")
+    base_section = cfg.sandbox.docker.base_image
+    base = images.ensure_base_image(client, base_section, ROOT / ".forgeline")
     base_s = time.perf_counter() - t0
 
     # image: cold (every step runs: a unique ENV line right after FROM), then cached
@@ -85,9 +85,9 @@ def main() -> int:
                                    forcerm=True)
     cold_build_s = time.perf_counter() - t0
     client.images.remove(image.id, force=True)
-    images.build_repo_image(client, env, dockerfile, base)  # make sure the real one exists
+    images.build_repo_image(client, env, dockerfile, base, base_section=base_section)  # the real one exists
     t0 = time.perf_counter()
-    _, built = images.build_repo_image(client, env, dockerfile, base)
+    _, built = images.build_repo_image(client, env, dockerfile, base, base_section=base_section)
     cached_build_s = time.perf_counter() - t0
     assert not built
 

@@ -52,8 +52,9 @@ def docker_client():
 @pytest.fixture(scope="session")
 def base_image(docker_client):
     """(ref, id) of the base image; its tarball is cached in the project's .forgeline/."""
+    from embedded import PARAMS
     from forgeline.sandbox.images import ensure_base_image
-    return ensure_base_image(docker_client, None, ROOT / ".forgeline")
+    return ensure_base_image(docker_client, PARAMS.sandbox.docker.base_image, ROOT / ".forgeline")
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +67,11 @@ def tiny_snapshot(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_image(docker_client, base_image, tiny_snapshot):
     """The image record of the tiny repository (built once per machine, then reused)."""
+    from embedded import PARAMS
     from forgeline.sandbox.images import build_repo_image
     record, _ = build_repo_image(docker_client, tiny_snapshot.env(),
-                                 (ROOT / "envs" / "repo.Dockerfile").read_text(), base_image)
+                                 (ROOT / "envs" / "repo.Dockerfile").read_text(), base_image,
+                                 base_section=PARAMS.sandbox.docker.base_image)
     return record
 
 

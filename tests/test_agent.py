@@ -7,13 +7,15 @@ the process sandbox, the verifier, a tokenizer trained on one small repository a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, trajectory  # noqa: E402
-from forgeline.agent.episode import agent_config, run_episode  # noqa: E402
+from forgeline import config  # noqa: E402
+from forgeline.agent.episode import run_episode  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
 from forgeline.policy.chat import format_tool_call, render_ids  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
@@ -21,15 +23,19 @@ from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
 from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 
+from embedded import PARAMS  # noqa: E402
 from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
 __all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
 
 torch.set_num_threads(1)
-CFG = {"context_limit": 2048, "max_new_tokens": 48, "max_steps": 6, "command_timeout_s": 20,
-       "max_invalid_calls": 3}
-CONFIG_TOOLS = agent_config()["tools"]
+# the embedded agent at test size, sampling at T=1, checking ids, the oracle's fix right after its grep
+CFG = config.merged(PARAMS.agent, {"context_limit": 2048, "max_new_tokens": 48, "max_steps": 6,
+                                   "command_timeout_s": 20, "max_invalid_calls": 3, "temperature": 1.0,
+                                   "alignment": "ids", "oracle": {"max_lines": 30, "max_guesses": 0}})
+CONFIG_TOOLS = PARAMS.agent.tools
+REWARD = PARAMS.agent.reward
 
 
 def call(name: str, **args) -> str:
@@ -92,7 +98,7 @@ def strip_volatile(rec: dict) -> dict:
 
 def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, tmp_path):
     task = world["alpha"]
-    rec = oracle.oracle_episode(task, sandbox, tok, {**CFG, "max_new_tokens": 128}, env=world["envs"]["alpha"])
+    rec = oracle.oracle_episode(task, sandbox, tok, config.merged(CFG, {"max_new_tokens": 128}), env=world["envs"]["alpha"])
     assert rec["outcome"] == "resolved" and rec["exit_status"] == "submitted" and rec["source"] == "oracle"
     assert rec["oracle_actions"] == ["bash", "edit", "bash", "submit"]
     assert rec["verdict"]["resolved"] and rec["verdict"]["fail_to_pass"] == {"passed": 2, "total": 2}
@@ -137,7 +143,7 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
 
 def test_oracle_scan_tests_each_candidate_takes_it_back_then_fixes(world, tok, sandbox):
     task = world["beta"]
-    cfg = {**CFG, "max_new_tokens": 128, "oracle": {"max_guesses": 12}}
+    cfg = config.merged(CFG, {"max_new_tokens": 128, "oracle": {"max_guesses": 12}})
     rec = oracle.oracle_episode(task, sandbox, tok, cfg, env=world["envs"]["beta"])
     assert rec["oracle_guesses"] >= 2 and oracle.usable_oracle_episode(rec)
     n = rec["oracle_guesses"]
@@ -154,7 +160,7 @@ def test_oracle_scan_tests_each_candidate_takes_it_back_then_fixes(world, tok, s
     assert added == ["+        if x > t:"]  # only the fix is left in the diff
     assert oracle.oracle_episode(task, sandbox, tok, cfg, env=world["envs"]["beta"])["messages"] == rec["messages"]
     # a scan that may not try that many wrong edits first gives no episode
-    fewer = {**cfg, "oracle": {"max_guesses": n - 1}}
+    fewer = config.merged(cfg, {"oracle": {"max_guesses": n - 1}})
     assert oracle.oracle_episode(task, sandbox, tok, fewer, env=world["envs"]["beta"]) is None
 
 
@@ -241,7 +247,7 @@ def test_scan_reaches_a_negated_condition_whose_fix_leaves_the_parentheses():
 
 def test_random_tiny_policy_episode_records_aligned_tokens_and_true_logprobs(world, tok, lm, sandbox):
     engine = HFEngine(lm, tok)
-    rec = run_episode(world["alpha"], 3, engine, sandbox, {**CFG, "max_steps": 3, "temperature": 1.0},
+    rec = run_episode(world["alpha"], 3, engine, sandbox, config.merged(CFG, {"max_steps": 3, "temperature": 1.0}),
                       env=world["envs"]["alpha"], policy="init")
     assert rec["outcome"] in rewards.OUTCOMES and rec["outcome"] != "resolved"
     assert rec["stats"]["steps"] == len(rec["turns"]) >= 1
@@ -283,7 +289,7 @@ def test_scripted_policies(case, world, tok, sandbox):
         first = [{"role": "system", "content": ep_mod.system_prompt(task)},
                  {"role": "user", "content": ep_mod.user_prompt(task)}]
         limits["context_limit"] = len(render_ids(tok, first, ep_mod.tool_schemas(CONFIG_TOOLS))) + 128 + 120
-    rec = run_episode(task, 0, engine, sandbox, {**CFG, **limits},
+    rec = run_episode(task, 0, engine, sandbox, config.merged(CFG, limits),
                       env=world["envs"]["alpha"], tokenizer=tok, policy="scripted")
     labels = [t["labels"] for t in rec["turns"]]
     assert rec["alignment"]["ids_match"]  # replayed texts are the tokenizer's own ids
@@ -348,7 +354,7 @@ def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
 
 
 def test_outcome_mapping(world, tok, sandbox):
-    ep = ep_mod.Episode(world["alpha"], 0, tok, sandbox, world["envs"]["alpha"], {})
+    ep = ep_mod.Episode(world["alpha"], 0, tok, sandbox, world["envs"]["alpha"], CFG)
     expect = {"submitted": ("resolved", "failed"), "wall_time": ("timeout", "timeout"),
               "step_limit": ("step_limit", "step_limit"), "token_limit": ("step_limit", "step_limit"),
               "context_exceeded": ("context_exceeded", "context_exceeded"),
@@ -356,7 +362,7 @@ def test_outcome_mapping(world, tok, sandbox):
     for status, (if_resolved, if_not) in expect.items():
         ep.exit_status = status
         assert (ep.outcome({"resolved": True}), ep.outcome({"resolved": False})) == (if_resolved, if_not)
-    ep.cfg["credit_unsubmitted"] = True
+    ep.cfg = replace(ep.cfg, credit_unsubmitted=True)
     ep.exit_status = "step_limit"
     assert ep.outcome({"resolved": True}) == "resolved"
 
@@ -377,8 +383,8 @@ def test_tool_helpers():
     assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", "F. [100%]\n1 failed, 1 passed\n", f2p) is None
     assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", ".. [100%]\n2 passed\n", f2p) == len(f2p)
     assert ep_mod.f2p_passing("pytest tests/test_b.py", "3 passed\n", f2p) == 0
-    with pytest.raises(ValueError, match="unknown key"):
-        agent_config({"max_stepz": 3})
+    with pytest.raises(config.ConfigError, match="unknown key 'max_stepz' .did you mean 'max_steps'"):
+        config.merged(CFG, {"max_stepz": 3})
 
 
 # -- rewards ------------------------------------------------------------------------------
@@ -390,29 +396,30 @@ def _ep(outcome: str, steps: int, labels=()) -> dict:
 
 
 def test_rewards_terminal_shaped_cap_and_process():
-    shaped = {"kind": "shaped", "process_weight": 0.0}
+    shaped = config.merged(REWARD, {"kind": "shaped", "process_weight": 0.0})
     expect = {"resolved": 1.0, "failed": -0.2, "timeout": -0.5, "context_exceeded": -0.5,
               "invalid": -0.2, "step_limit": -0.2}
     for outcome, base in expect.items():
         assert rewards.terminal_reward(_ep(outcome, 10)) == (1.0 if outcome == "resolved" else 0.0)
         assert rewards.shaped_reward(_ep(outcome, 10), shaped) == pytest.approx(base - 0.1)
-        assert rewards.outcome_reward(_ep(outcome, 10), {"kind": "terminal"}) == \
+        assert rewards.outcome_reward(_ep(outcome, 10), config.merged(REWARD, {"kind": "terminal"})) == \
             rewards.terminal_reward(_ep(outcome, 10))
-    assert rewards.shaped_reward(_ep("resolved", 500)) == pytest.approx(0.7)  # cap 0.3
-    assert rewards.shaped_reward(_ep("failed", 30)) == pytest.approx(-0.5)
-    assert rewards.step_penalty(29) == pytest.approx(0.29) and rewards.step_penalty(31) == pytest.approx(0.3)
+    assert rewards.shaped_reward(_ep("resolved", 500), REWARD) == pytest.approx(0.7)  # cap 0.3
+    assert rewards.shaped_reward(_ep("failed", 30), REWARD) == pytest.approx(-0.5)
+    assert rewards.step_penalty(29, REWARD) == pytest.approx(0.29)
+    assert rewards.step_penalty(31, REWARD) == pytest.approx(0.3)
     good = {"well_formed_call": True, "command_ran": True, "no_error": True, "tests_improved": True}
     bad = {"well_formed_call": False, "command_ran": False, "no_error": None, "tests_improved": None}
-    assert rewards.process_reward(good) == pytest.approx(0.09)
-    assert rewards.process_reward(bad) == pytest.approx(-0.03)
+    assert rewards.process_reward(good, REWARD.process_weights) == pytest.approx(0.09)
+    assert rewards.process_reward(bad, REWARD.process_weights) == pytest.approx(-0.03)
     ep = _ep("resolved", 2, [bad, good])
-    assert rewards.step_rewards(ep) == pytest.approx([-0.03, 0.09 + 1.0 - 0.02])
-    assert rewards.episode_return(ep) == pytest.approx(1.04)
-    assert rewards.token_rewards(ep) == pytest.approx([-0.03, 0.0, 1.07, 0.0])
-    assert rewards.step_rewards(ep, {"process_weight": 0.0}) == pytest.approx([0.0, 0.98])
+    assert rewards.step_rewards(ep, REWARD) == pytest.approx([-0.03, 0.09 + 1.0 - 0.02])
+    assert rewards.episode_return(ep, REWARD) == pytest.approx(1.04)
+    assert rewards.token_rewards(ep, REWARD) == pytest.approx([-0.03, 0.0, 1.07, 0.0])
+    assert rewards.step_rewards(ep, config.merged(REWARD, {"process_weight": 0.0})) == pytest.approx([0.0, 0.98])
     with pytest.raises(ValueError):
-        rewards.shaped_reward(_ep("crashed", 1))
-    assert rewards.summarize([ep, _ep("failed", 1)])["outcomes"]["failed"] == 1
+        rewards.shaped_reward(_ep("crashed", 1), REWARD)
+    assert rewards.summarize([ep, _ep("failed", 1)], REWARD)["outcomes"]["failed"] == 1
 
 
 # -- rollouts -----------------------------------------------------------------------------
@@ -421,7 +428,7 @@ def test_rollout_concurrent_resumable_and_sorted(world, tok, sandbox, tmp_path):
     tasks = [world["beta"], world["alpha"]]
     pairs = [(t, s) for t in tasks for s in (1, 0)]
     scripts = {t["problem_statement"]: solve_script(t)[1::2] for t in tasks}  # edit, submit
-    cfg = {**CFG, "max_new_tokens": 128, "rollout": {"concurrency": 4}}
+    cfg = config.merged(CFG, {"max_new_tokens": 128, "rollout": {"concurrency": 4}})
     record = tmp_path / "episodes.partial"
     engine = ScriptedEngine.replay(tok, scripts)
     first = ro.rollout(pairs, engine, sandbox, cfg, envs=world["envs"], record_path=record,
@@ -448,7 +455,7 @@ def test_rollout_concurrent_resumable_and_sorted(world, tok, sandbox, tmp_path):
 
 def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
     engine = HFEngine(lm, tok)
-    cfg = {**CFG, "max_steps": 1, "max_new_tokens": 24}
+    cfg = config.merged(CFG, {"max_steps": 1, "max_new_tokens": 24})
     pairs = [(world["alpha"], 0), (world["alpha"], 1)]
     runs = [ro.rollout(pairs, engine, sandbox, cfg, envs=world["envs"], tokenizer=tok, progress=False)
             for _ in range(2)]
@@ -461,7 +468,7 @@ def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
         ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
         assert torch.allclose(ref[mask], torch.tensor(rec["logprobs"][1:])[mask], atol=1e-4)
     # seeding: episode -> an episode does not depend on its batch, and equals run_episode's
-    per = {**cfg, "rollout": {"seeding": "episode"}}
+    per = config.merged(cfg, {"rollout": {"seeding": "episode"}})
     batch = ro.rollout([(world["alpha"], 7), (world["beta"], 7)], engine, sandbox, per,
                        envs=world["envs"], tokenizer=tok, progress=False)
     alone = run_episode(world["alpha"], 7, engine, sandbox, per, env=world["envs"]["alpha"], tokenizer=tok)

@@ -1,10 +1,19 @@
-"""The one config: merging overlays, schema errors that name file, line and fix."""
+"""The one config: typed sections, one place per default, merging overlays, schema errors that
+name file, line and fix."""
+import ast
+import dataclasses
+import inspect
+import json
+import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from forgeline import config
+from forgeline import config, params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,6 +21,136 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_default_params_are_valid():
     cfg = config.load([ROOT / "params.yaml"])
     assert cfg.section("tasks.split")["fractions"]["train"] == pytest.approx(0.7)
+
+
+def test_sections_are_typed_dataclasses_and_data_stays_as_written():
+    cfg = config.load([ROOT / "params.yaml"])
+    assert isinstance(cfg.train.ppo, params.PPOConfig) and cfg.train.ppo.lam == 1.0
+    assert cfg.seed == 1234 and cfg.evaluation.policies["ppo"].base == "results/policy/sft"
+    assert cfg.evaluation.policies["base"].base is None  # left out: a whole model
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.ppo.lam = 0.5  # type: ignore[misc]
+    # values keep the type they were written with (10, not 10.0): digests of a section are
+    # those of the mapping the files wrote
+    assert cfg.agent.command_timeout_s == 10 and isinstance(cfg.agent.command_timeout_s, int)
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert cfg.data == raw
+    for name in (f.name for f in dataclasses.fields(params.ParamsConfig)):
+        assert config.as_dict(getattr(cfg, name)) == raw[name], name
+    with pytest.raises(AttributeError, match="no section 'trian'"):
+        cfg.trian  # noqa: B018
+
+
+def _fields(cls, raw, path=()):
+    """(key path, field, set in params.yaml) of every field of the section dataclasses;
+    free-form mappings (evaluation.policies: named entries, not knobs) are not entered."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        here = isinstance(raw, dict) and f.name in raw
+        yield path + (f.name,), f, here
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _fields(hints[f.name], raw.get(f.name) if here else None, path + (f.name,))
+
+
+def test_each_default_lives_in_one_place():
+    """A key params.yaml sets has no default in forgeline.params (it is required there); a key
+    params.yaml leaves out has its default there. So params.yaml is the only place a value of
+    the embedded run is written, and a stage never meets a key nobody set."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    twice, nowhere = [], []
+    for path, f, in_params in _fields(params.ParamsConfig, raw):
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if in_params and has_default:
+            twice.append(".".join(path))
+        if not in_params and not has_default:
+            nowhere.append(".".join(path))
+    assert twice == [], f"set in params.yaml AND defaulted in forgeline/params.py: {twice}"
+    assert nowhere == [], f"neither set in params.yaml nor defaulted: {nowhere}"
+
+
+def test_no_module_keeps_defaults_of_its_own():
+    """No DEFAULTS dicts beside the config: a stage reads its typed section."""
+    found = []
+    for path in sorted((ROOT / "src" / "forgeline").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}"
+                  for m in re.finditer(r"^[A-Z_]*DEFAULTS\s*[:=]", text, re.M)]
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(r"cfg\.data\.get\(", text)]
+    assert found == []
+
+
+def _attribute_docs(cls) -> dict[str, str]:
+    """{field: the string literal right after it} in the class body (attribute docstrings)."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for stmt, nxt in zip(body, body[1:]):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[stmt.target.id] = nxt.value.value
+    return docs
+
+
+def test_every_field_says_what_it_is_in_one_line():
+    classes = {hint for cls in vars(params).values() if dataclasses.is_dataclass(cls)
+               for hint in [cls]}
+    missing = []
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        assert cls.__doc__ and "\n\n" not in cls.__doc__.strip(), cls
+        docs, hints = _attribute_docs(cls), typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                continue  # a section: its class says what it is
+            doc = docs.get(f.name, "")
+            if not doc.strip() or "\n" in doc.strip():
+                missing.append(f"{cls.__name__}.{f.name}")
+    assert missing == []
+
+
+def test_closed_choices_match_the_code_that_acts_on_them():
+    from forgeline.agent.episode import AGENT_TOOLS
+    from forgeline.agent.rewards import LABELS, OUTCOMES
+    from forgeline.tasks.mutations import KINDS
+    assert typing.get_args(params.Mutation) == tuple(KINDS)
+    assert set(typing.get_args(params.Tool)) == set(AGENT_TOOLS)
+    assert typing.get_args(params.Outcome) == tuple(OUTCOMES)
+    assert tuple(f.name for f in dataclasses.fields(params.ProcessWeightsConfig)) == tuple(LABELS)
+
+
+def test_rules_between_keys_name_file_and_line(tmp_path):
+    overlay = tmp_path / "band.yaml"
+    overlay.write_text("tasks:\n  difficulty:\n    band: [0.8, 0.2]\n"
+                       "serving:\n  engine: openai\n")
+    with pytest.raises(config.ConfigError) as err:
+        config.load([ROOT / "params.yaml", overlay])
+    msg = str(err.value)
+    assert f"{overlay}:3: tasks.difficulty.band: [0.8, 0.2]: expected lo <= hi" in msg, msg
+    assert f"{overlay}:5: serving.engine: openai needs serving.base_url and serving.served_model" in msg, msg
+
+
+def test_merged_changes_a_section_as_an_overlay_would():
+    ppo = config.load([ROOT / "params.yaml"]).train.ppo
+    changed = config.merged(ppo, {"lam": 0.9, "lora": {"r": 4}})
+    assert (changed.lam, changed.lora.r, changed.lora.alpha) == (0.9, 4, ppo.lora.alpha)
+    assert ppo.lam == 1.0  # the original is untouched
+    with pytest.raises(config.ConfigError, match="lora: unknown key 'dropuot' .did you mean 'dropout'"):
+        config.merged(ppo, {"lora": {"dropuot": 0.1}})
+    with pytest.raises(config.ConfigError, match="steps: -1 is less than the minimum of 1"):
+        config.merged(ppo, {"steps": -1})
+
+
+def test_config_get_prints_a_value_of_the_merged_config(tmp_path):
+    overlay = tmp_path / "process.yaml"
+    overlay.write_text("sandbox:\n  backend: process\n")
+    run = lambda *files: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "forgeline.cli", "config-get", "sandbox.backend",
+         *[a for f in files for a in ("--config", str(f))]], cwd=ROOT, capture_output=True, text=True)
+    assert run(ROOT / "params.yaml").stdout.strip() == "docker"
+    assert run(ROOT / "params.yaml", overlay).stdout.strip() == "process"
+    proc = subprocess.run([sys.executable, "-m", "forgeline.cli", "config-get", "repos.pool"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert json.loads(proc.stdout) == yaml.safe_load((ROOT / "params.yaml").read_text())["repos"]["pool"]
+    bad = subprocess.run([sys.executable, "-m", "forgeline.cli", "config-get", "sandbox.nope"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "sandbox.nope: no such key" in bad.stderr
 
 
 def test_overlay_wins_key_by_key(tmp_path):
@@ -56,9 +195,9 @@ def test_flatten_lists_leaf_keys():
 
 def test_every_schema_section_is_documented_in_params():
     """params.yaml sets every top-level section the schema knows (it is the documentation)."""
-    schema = yaml.safe_load((ROOT / "src/forgeline/config.schema.yaml").read_text())
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert set(schema["properties"]) == set(params)
+    schema = config.json_schema()
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert set(schema["properties"]) == set(raw) == set(schema["required"])
 
 
 def test_real_scale_overlay_is_valid_and_changes_only_what_it_names():
@@ -133,7 +272,7 @@ def _overlay_for(path: tuple, value, params: dict) -> dict:
 
 def test_every_numeric_key_has_a_lower_bound_and_enums_are_closed():
     schema = config.load_schema()
-    leaves = list(_schema_leaves(schema, (), schema["$defs"]))
+    leaves = list(_schema_leaves(schema, (), schema.get("$defs", {})))
     numeric = [p for p, n in leaves if _numeric(n)]
     assert len(numeric) > 100, len(numeric)
     unbounded = [".".join(map(str, p)) for p, n in leaves
@@ -144,15 +283,15 @@ def test_every_numeric_key_has_a_lower_bound_and_enums_are_closed():
 def test_every_out_of_range_value_is_refused_with_file_line_and_key(tmp_path):
     schema = config.load_schema()
     params_file = ROOT / "params.yaml"
-    params = yaml.safe_load(params_file.read_text())
+    raw = yaml.safe_load(params_file.read_text())
     checked = 0
-    for path, node in _schema_leaves(schema, (), schema["$defs"]):
+    for path, node in _schema_leaves(schema, (), schema.get("$defs", {})):
         if not (_numeric(node) or "enum" in node):
             continue
         for value in _out_of_range(node):
             overlay = tmp_path / f"bad{checked}.yaml"
-            overlay.write_text(yaml.safe_dump(_overlay_for(path, value, params)))
-            data = config.deep_merge(params, yaml.safe_load(overlay.read_text()))
+            overlay.write_text(yaml.safe_dump(_overlay_for(path, value, raw)))
+            data = config.deep_merge(raw, yaml.safe_load(overlay.read_text()))
             with pytest.raises(config.ConfigError) as err:
                 config.validate(data, [params_file, overlay], schema)
             line = config._key_lines(overlay, overlay.read_text())[path]

@@ -292,10 +292,11 @@ def test_the_bench_table_counts_every_task(graded):
 def test_docker_runs_grade_the_same(project, graded, grader_pythons, docker_client, base_image):
     """The same tasks run in containers of the repository's image: same verdicts everywhere."""
     from forgeline.sandbox.docker import DockerSandbox
+    from embedded import PARAMS
     from forgeline.sandbox.images import build_repo_image
     snap = project["snap"]
     record, _ = build_repo_image(docker_client, snap.env(), (ROOT / "envs" / "repo.Dockerfile").read_text(),
-                                 base_image)
+                                 base_image, base_section=PARAMS.sandbox.docker.base_image)
     assert record["tag"] == snap.image
     sandbox = DockerSandbox(client=docker_client, warm=1)
     try:

@@ -13,7 +13,8 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
 from forgeline.agent.rollout import rollout  # noqa: E402
-from forgeline.config import Config  # noqa: E402
+from forgeline import config  # noqa: E402
+from forgeline.params import AdapterConfig  # noqa: E402
 from forgeline.policy.chat import format_tool_call  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
@@ -21,14 +22,17 @@ from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 from forgeline.train import critic  # noqa: E402
 
+from embedded import PARAMS  # noqa: E402
 from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
 __all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
 
 torch.set_num_threads(1)
-AGENT = {"context_limit": 4096, "max_new_tokens": 128, "max_steps": 5, "command_timeout_s": 20,
-         "rollout": {"concurrency": 4}}
+# sampling at T=1 and the ids check: the random policy's episodes drift from the canonical ids
+AGENT = config.merged(PARAMS.agent, {"context_limit": 4096, "max_new_tokens": 128, "max_steps": 5,
+                                     "command_timeout_s": 20, "rollout": {"concurrency": 4},
+                                     "temperature": 1.0, "alignment": "ids"})
 
 # (repo, function, buggy change old -> new, FAIL_TO_PASS test names, the function's docstring)
 BUGS = [
@@ -101,7 +105,7 @@ def data(tmp_path_factory, tok):
     tok.save_pretrained(policy)
     lm.save_pretrained(policy)
     random_eps = rollout([(tasks[0], 7), (tasks[2], 7)], HFEngine(lm, tok), sb,
-                         {**AGENT, "max_steps": 1, "max_new_tokens": 24}, envs=envs, tokenizer=tok,
+                         config.merged(AGENT, {"max_steps": 1, "max_new_tokens": 24}), envs=envs, tokenizer=tok,
                          policy="random", progress=False)
     path = root / "episodes.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records + random_eps))
@@ -126,15 +130,15 @@ def test_pure_parts():
     assert s != critic.split_tasks([f"t{i}" for i in range(10)], {"train": 0.6, "val": 0.2, "test": 0.2}, 4)
     b = critic.token_batches([100, 900, 300, 300, 50], 1000, 1, 1)
     assert sorted(i for x in b for i in x) == list(range(5))
-    with pytest.raises(ValueError, match="unknown key"):
-        critic.critic_config({"epochz": 3})
-    with pytest.raises(ValueError, match="unknown key"):
-        critic.critic_config({"lora": {"rank": 3}})
+    with pytest.raises(config.ConfigError, match="unknown key 'epochz'"):
+        config.merged(PARAMS.train.critic, {"epochz": 3})
+    with pytest.raises(config.ConfigError, match="lora: unknown key 'rank'"):
+        config.merged(PARAMS.train.critic, {"lora": {"rank": 3}})
 
 
 def test_critic_stage_trains_beats_the_baseline_and_reloads(data, tmp_path):
-    cfg = Config(data={"seed": 5, "agent": {}, "train": {"critic": {
-        "epochs": 6, "lr": 3e-3, "warmup_steps": 2, "tokens_per_batch": 4096,
+    cfg = config.merged(PARAMS, {"seed": 5, "train": {"critic": {
+        "epochs": 6, "lr": 3e-3, "warmup_steps": 2, "tokens_per_batch": 4096, "threads": 1,
         "split": {"train": 0.5, "val": 0.17, "test": 0.33}}}})
     out = tmp_path / "critic"
     critic.run(cfg, argparse.Namespace(policy=str(data["policy"]), episodes=[str(data["episodes"])],
@@ -164,13 +168,13 @@ def test_critic_stage_trains_beats_the_baseline_and_reloads(data, tmp_path):
     # reload: the same values as the stage's own evaluation
     model = critic.load_value_model(out)
     kept, _ = critic.filter_records([r for r in data["records"] if r["instance_id"] in split["test"]], 4096)
-    ex = [critic.critic_example(r, None, 1.0, 1.0) for r in kept]
+    ex = [critic.critic_example(r, PARAMS.agent.reward, 1.0, 1.0) for r in kept]
     again = critic.score(critic.predict(model, ex, 0, 4096), ex)
     assert again["mse"] == pytest.approx(m["test"]["mse"], rel=1e-5)
 
 
 def test_lora_value_model_trains_only_adapter_and_head_and_saves_merged(tok, tmp_path):
-    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    lora = AdapterConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
     model = critic.value_model(make_lm(tok).model, init_value=0.3, mode="lora", lora=lora, seed=1)
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     assert names and all("lora_" in n or n.startswith("value_head.") for n in names)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from forgeline import config
 from forgeline.agent import difficulty as df
 
+from embedded import PARAMS
 from tiny_models import direct_python, tiny_lm, tiny_tokenizer
 
 __all__ = ["direct_python"]  # a fixture from tiny_models: pytest finds it by this name
@@ -34,12 +36,13 @@ def test_band_is_inclusive_and_exact():
     assert [df.in_band(4, c, band) for c in range(5)] == [False, True, True, True, False]
     assert [df.in_band(3, c, band) for c in range(4)] == [False, True, True, False]
     assert df.in_band(4, 0, [0.0, 0.0]) and not df.in_band(0, 0, band)
-    with pytest.raises(ValueError):
-        df.difficulty_config({"band": [0.8, 0.2]})
-    with pytest.raises(ValueError):
-        df.difficulty_config({"k": 2, "seeds": [1, 2, 3]})
-    with pytest.raises(ValueError):
-        df.difficulty_config({"bogus": 1})
+    # the config refuses a band upside down, seeds that are not k, unknown keys (at load time)
+    with pytest.raises(config.ConfigError, match=r"band: \[0.8, 0.2\]: expected lo <= hi"):
+        config.merged(PARAMS.tasks.difficulty, {"band": [0.8, 0.2]})
+    with pytest.raises(config.ConfigError, match="seeds: 3 seeds for k=2"):
+        config.merged(PARAMS.tasks.difficulty, {"k": 2, "seeds": [1, 2, 3]})
+    with pytest.raises(config.ConfigError, match="unknown key 'bogus'"):
+        config.merged(PARAMS.tasks.difficulty, {"bogus": 1})
 
 
 def test_cap_per_repo_is_deterministic_and_stable():
@@ -68,7 +71,7 @@ def test_report_histogram_band_and_rates():
            + [_ep("a.2", "a", "resolved")] * 4                                        # c=4: too easy
            + [_ep("b.1", "b", "invalid", (False, False, False))] * 2
            + [_ep("b.1", "b", "step_limit", (True, False))] * 2)                      # c=0: too hard
-    rep = df.report(eps, 4, [0.25, 0.75], {"s.1": "stale"})
+    rep = df.report(eps, 4, [0.25, 0.75], PARAMS.agent.reward, {"s.1": "stale"})
     assert rep["kept"] == ["a.1"] and rep["dropped"] == ["a.2", "b.1"]
     assert rep["c_histogram"] == {"0": 1, "1": 1, "2": 0, "3": 0, "4": 1}
     assert rep["repos"]["a"] == {"evaluated": 2, "kept": 1, "resolved_episodes": 5, "episodes": 8}
@@ -83,7 +86,6 @@ def test_report_histogram_band_and_rates():
 
 def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
     import torch
-    from forgeline.config import Config
     from forgeline.tasks.generate import make_patch
     from forgeline.tasks.repos import RepoSnapshot
 
@@ -114,11 +116,11 @@ def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
     tiny_lm(tok, seed=3, layers=1, heads=2, kv_heads=1, max_position_embeddings=4096).save_pretrained(policy)
 
     def cfg(band):
-        return Config(data={
+        return config.merged(PARAMS, {
             "seed": 5, "repos": {"root": str(root), "pool": ["alpha", "beta"], "sft": [], "panel": []},
             "sandbox": {"backend": "process", "test_timeout_s": 60},
             "agent": {"max_steps": 2, "max_new_tokens": 8, "rollout": {"concurrency": 4, "seeding": "episode"}},
-            "tasks": {"difficulty": {"k": 2, "band": band}}})
+            "tasks": {"difficulty": {"k": 2, "band": band, "max_tasks_per_repo": 0, "threads": 1}}})
 
     def run(band, out, partial=None):
         args = argparse.Namespace(tasks=[str(tasks_file)], policy=str(policy), out=str(out),
@@ -148,8 +150,7 @@ def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
     assert kept == ["alpha.1", "beta.1"]
     assert (tmp_path / "a" / "pool.episodes.jsonl").read_bytes() == (tmp_path / "b" / "pool.episodes.jsonl").read_bytes()
     # a task of a repository outside the pool is refused
-    bad = cfg([0.25, 0.75])
-    bad.data["repos"]["pool"] = ["alpha"]
+    bad = config.merged(cfg([0.25, 0.75]), {"repos": {"pool": ["alpha"]}})
     with pytest.raises(ValueError, match="non-pool"):
         df.run(bad, argparse.Namespace(tasks=[str(tasks_file)], policy=str(policy), out=str(tmp_path / "c.jsonl"),
                                        report=str(tmp_path / "c.json"), episodes=None, partial=None, manifest=None))

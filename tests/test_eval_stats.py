@@ -6,9 +6,11 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from forgeline.evaluation import evaluation_config
+from forgeline import config
 from forgeline.evaluation import stats as st
 from forgeline.evaluation.evaluate import episode_seeds
+
+from embedded import PARAMS
 
 
 def paired(wins: int, ties: int, losses: int, both: int = 0) -> tuple[dict, dict]:
@@ -93,18 +95,21 @@ def test_means_ratios_and_p_text():
 
 
 def test_evaluation_config_checks():
-    c = evaluation_config({"k": 2, "seeds": [3, 4]})
-    assert c["k"] == 2 and c["base"] == "base" and c["alpha"] == 0.05
-    for bad in ({"k": 0}, {"k": 2, "seeds": [1]}, {"alpha": 1.5}, {"bogus": 1},
-                {"k_per_panel": {"train": 0}}, {"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 8}}):
-        with pytest.raises(ValueError):
-            evaluation_config(bad)
+    c = config.merged(PARAMS.evaluation, {"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 2}})
+    assert c.k == 2 and c.base == "base" and c.alpha == 0.05
+    for bad, why in (({"k": 0}, "k: 0 is less than the minimum of 1"), ({"k": 2, "seeds": [1]}, "1 seeds for k=2"),
+                     ({"alpha": 1.5}, "alpha: 1.5 is greater than or equal to the maximum of 1"),
+                     ({"bogus": 1}, "unknown key 'bogus'"),
+                     ({"k_per_panel": {"train": 0}}, "k_per_panel.train: 0 is less than the minimum of 1"),
+                     ({"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 8}}, "train=8 with explicit evaluation.seeds")):
+        with pytest.raises(config.ConfigError, match=why):
+            config.merged(PARAMS.evaluation, bad)
 
 
 def test_panel_k_extends_the_shared_seeds():
     """A panel with its own k gets more samples per task; its first seeds are every other
     panel's, so the k = 1 protocol stays a prefix of it."""
-    ev = evaluation_config({"k": 1, "k_per_panel": {"train": 4}})
+    ev = config.merged(PARAMS.evaluation, {"k": 1, "k_per_panel": {"train": 4}})
     train, heldout = episode_seeds(ev, 1234, "train"), episode_seeds(ev, 1234, "heldout")
     assert len(train) == 4 == len(set(train)) and len(heldout) == 1 and train[0] == heldout[0]
     assert episode_seeds(ev, 1234, None) == heldout

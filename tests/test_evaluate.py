@@ -12,10 +12,12 @@ import pytest
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline.agent.rollout import sample_seeds
+from forgeline import config
 from forgeline.config import Config
 from forgeline.evaluation import evaluate as ev, tables as tb
 from forgeline.policy import engine as engine_mod
 
+from embedded import PARAMS
 from tiny_models import direct_python, tiny_lm, tiny_tokenizer
 
 __all__ = ["direct_python"]  # a fixture from tiny_models: pytest finds it by this name
@@ -64,11 +66,11 @@ def world(tmp_path_factory):
 
 
 def cfg(world) -> Config:
-    return Config(data={
+    return config.merged(PARAMS, {
         "seed": 5, "repos": {"root": str(world["root"]), "pool": ["alpha", "beta"], "sft": [], "panel": []},
         "sandbox": {"backend": "process", "test_timeout_s": 60},
         "agent": {"max_steps": 2, "max_new_tokens": 8, "rollout": {"concurrency": 3, "seeding": "episode"}},
-        "evaluation": {"k": 1}})
+        "evaluation": {"k": 1, "threads": 1}})
 
 
 def evaluate(world, policy, out, name=None, base=None, partial=None) -> list[dict]:

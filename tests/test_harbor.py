@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, unavailable
-from forgeline import cli
+from embedded import PARAMS
+from forgeline import cli, config as config_mod
 from forgeline.tasks import harbor
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
@@ -256,7 +257,8 @@ def test_refusals(project, tmp_path):
 
 
 def test_bad_exports_raise():
-    settings = harbor.settings_from_config({"test_timeout_s": 5, "docker": {"cpus": 2.5}})
+    sandbox = config_mod.merged(PARAMS.sandbox, {"test_timeout_s": 5, "docker": {"cpus": 2.5}})
+    settings = harbor.settings_from_config(sandbox)
     assert settings.cpus == 2.5 and settings.verifier_timeout_s == 65.0
     snap = {"pkg/__init__.py": (b"x = 1\n", 0o644), "tests/test_x.py": (b"def test(): pass\n", 0o644)}
     inst = {"instance_id": "pkg.00000000.op_swap__00000000", "repo": "pkg", "patch":

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY_NAME, write_tiny_repo
+from embedded import PARAMS
 from forgeline.sandbox import engine, images
 from forgeline.sandbox.base import SandboxError
 from forgeline.tasks.repos import RepoSnapshot
 
 DOCKERFILE = (ROOT / "envs" / "repo.Dockerfile").read_text()
+BASE = PARAMS.sandbox.docker.base_image
 
 
 # -- pure: build inputs --------------------------------------------------------------------
@@ -42,16 +44,16 @@ def test_build_input_digest_sees_every_input(tmp_path):
     assert d != images.build_input_digest("sha256:aa", DOCKERFILE, exe)
 
 
-def test_base_spec_defaults_and_checks():
-    spec = images.base_spec(None)
+def test_base_spec_sorts_packages_and_checks():
+    spec = images.base_spec(BASE)
     assert spec["source"] == "mmdebstrap"
     assert spec["packages"] == ["git", "python3", "python3-pip", "python3-pytest"]
     assert images.base_tar_name(spec) == images.base_tar_name({**spec, "packages": spec["packages"][::-1]})
     with pytest.raises(SandboxError, match="by digest"):
-        images.base_spec({"source": "pull", "ref": "python:3.11-slim"})
+        images.base_spec({**spec, "source": "pull", "ref": "python:3.11-slim"})
     with pytest.raises(SandboxError, match="not one of"):
-        images.base_spec({"source": "apt"})
-    ok = images.base_spec({"source": "pull", "ref": "127.0.0.1:5000/py@sha256:" + "0" * 64})
+        images.base_spec({**spec, "source": "apt"})
+    ok = images.base_spec({**spec, "source": "pull", "ref": "127.0.0.1:5000/py@sha256:" + "0" * 64})
     assert ok["ref"].endswith("0" * 64)
 
 
@@ -94,7 +96,7 @@ def fake_wheel(cache: Path, file: str, body: bytes) -> str:
 
 
 def test_fetch_wheels_uses_the_cache_and_picks_the_wheel_for_the_image(tmp_path):
-    target = images.wheel_target(images.base_spec(None))
+    target = images.wheel_target(images.base_spec(BASE))
     assert target["python"] == "3.11" and target["platforms"][0].startswith("manylinux_2_36_")
     arch = target["platforms"][0].split("_", 3)[3]
     pure = fake_wheel(tmp_path, "tinydep-1.0-py3-none-any.whl", b"pure")
@@ -137,18 +139,18 @@ def test_wheel_site_unpacks_the_pinned_wheels_for_the_process_backend(tmp_path):
     sha = fake_wheel(tmp_path / "cache", "tinydep-1.0-py3-none-any.whl", buf.getvalue())
     snap = tmp_path / "snap"
     snap.mkdir()
-    assert images.wheel_site(snap, tmp_path / "cache") is None  # no lock file, nothing to unpack
+    assert images.wheel_site(snap, tmp_path / "cache", base_section=BASE) is None  # no lock file: nothing
     (snap / images.LOCK_FILE).write_text(f"tinydep==1.0 --hash=sha256:{sha}\n")
-    site = images.wheel_site(snap, tmp_path / "cache")
+    site = images.wheel_site(snap, tmp_path / "cache", base_section=BASE)
     assert (site / "tinydep" / "__init__.py").read_text() == "VALUE = 42\n"
-    assert images.wheel_site(snap, tmp_path / "cache") == site  # unpacked once
+    assert images.wheel_site(snap, tmp_path / "cache", base_section=BASE) == site  # unpacked once
 
 
 def write_config(tmp_path: Path) -> Path:
     """params.yaml with repos.root pointing at the tiny repository."""
     import yaml
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["repos"] = {"root": str(tmp_path), "pool": [TINY_NAME]}
+    params["repos"] = {"root": str(tmp_path), "pool": [TINY_NAME], "sft": [], "panel": []}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
@@ -223,13 +225,15 @@ def test_rebuild_is_reused_and_the_record_is_byte_identical(docker_client, base_
 
     # the same snapshot under another tag is found by its label, not rebuilt
     snapshot = RepoSnapshot.load(tmp_path, TINY_NAME)
-    rec, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image)
+    rec, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image,
+                                         base_section=BASE)
     assert not built and rec == record
 
     # a changed file is a new image
     (tmp_path / TINY_NAME / TINY_NAME / "ops.py").write_text("def add(a, b):\n    return b + a\n")
     changed = RepoSnapshot.load(tmp_path, TINY_NAME)
-    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image)
+    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image,
+                                         base_section=BASE)
     assert built2 and rec2["build_input_digest"] != record["build_input_digest"]
     assert rec2["image_id"] != record["image_id"]
     docker_client.images.remove(rec2["tag"], noprune=False)
@@ -258,7 +262,8 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
         (tmp_path / DEPS_NAME / rel).write_text(text)
     snapshot = RepoSnapshot.load(tmp_path, DEPS_NAME)
     cache = ROOT / ".forgeline"  # the project's wheel cache: fetched once per machine
-    record, _ = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache)
+    record, _ = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache,
+                                        base_section=BASE)
     assert record["wheels"] == [{"name": "six", "version": "1.17.0",
                                  "file": "six-1.17.0-py2.py3-none-any.whl", "sha256": SIX_17[2]}]
     # the baseline commit holds every file, the .gitignore'd lock file too (`git add -A -f`)
@@ -274,13 +279,15 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
     assert run.statuses == {"tests/test_text.py::test_text": "PASSED",
                             "tests/test_text.py::test_six_is_the_pinned_one": "PASSED"}, run.log[-2000:]
     # the same inputs: reused, same record
-    again, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache)
+    again, built = images.build_repo_image(docker_client, snapshot.env(), DOCKERFILE, base_image, cache,
+                                           base_section=BASE)
     assert not built and again == record
 
     # another pin: another wheel, digest and image, with that version inside
     (tmp_path / DEPS_NAME / images.LOCK_FILE).write_text(lock_line(*SIX_16))
     changed = RepoSnapshot.load(tmp_path, DEPS_NAME)
-    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image, cache)
+    rec2, built2 = images.build_repo_image(docker_client, changed.env(), DOCKERFILE, base_image, cache,
+                                           base_section=BASE)
     assert built2 and rec2["wheels"][0]["version"] == "1.16.0" and rec2["wheels"][0]["sha256"] == SIX_16[2]
     assert rec2["build_input_digest"] != record["build_input_digest"]
     out = docker_client.containers.run(rec2["tag"], ["python3", "-c", "import six; print(six.__version__)"],
@@ -292,7 +299,8 @@ def test_repo_with_pinned_test_dependencies(docker_client, base_image, tmp_path)
     wrong = RepoSnapshot(snapshot.name, snapshot.path, "0" * 40)
     (tmp_path / DEPS_NAME / images.LOCK_FILE).write_text(DEPS_FILES[images.LOCK_FILE])
     with pytest.raises(SandboxError, match="baseline commit in the image is " + snapshot.commit):
-        images.build_repo_image(docker_client, wrong.env(), DOCKERFILE, base_image, cache)
+        images.build_repo_image(docker_client, wrong.env(), DOCKERFILE, base_image, cache,
+                                base_section=BASE)
 
 
 @pytest.mark.docker
@@ -305,7 +313,7 @@ def test_push_and_pull_by_digest(docker_client, tiny_image, registry):
     docker_client.images.remove(f"{registry}/{tiny_image['tag']}")
     assert images.pull(ref, client=docker_client) == tiny_image["image_id"]
     # a pulled base image: source pull, named by digest
-    assert images.ensure_base_image(docker_client, {"source": "pull", "ref": ref}) == \
+    assert images.ensure_base_image(docker_client, {**images.base_spec(BASE), "source": "pull", "ref": ref}) == \
         (ref, tiny_image["image_id"])
     with pytest.raises(SandboxError, match="by digest"):
         images.pull(f"{registry}/{tiny_image['tag']}", client=docker_client)

@@ -18,10 +18,12 @@ import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
+from forgeline import config as config_mod  # noqa: E402
 from forgeline.config import Config  # noqa: E402
 from forgeline.policy import chat, copy_pretrain, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402
 
 from forgeline.seeds import derive_seed, stage_seed  # noqa: E402
+from embedded import PARAMS  # noqa: E402
 from tiny_models import CORPUS_REPO, tiny_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -482,8 +484,10 @@ def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences
                                     max_position_embeddings=128)
     model = tiny.init_tiny_qwen3(config, 3)
     ids = list(range(2, 64))
-    cfg = {"repeat": {"steps": 900, "until_accuracy": 0.7, "batch": 32, "prefix": [2, 6], "span": [4, 8]},
-           "recall": {"steps": 200, "batch": 16, "length": 48, "gap": [2, 8], "span": [4, 8]}, "log_every": 100}
+    cfg = config_mod.merged(PARAMS.policy.init.copy, {
+        "repeat": {"steps": 900, "until_accuracy": 0.7, "batch": 32, "prefix": [2, 6], "span": [4, 8]},
+        "recall": {"steps": 200, "batch": 16, "length": 48, "gap": [2, 8], "span": [4, 8]},
+        "match": {"steps": 0}, "log_every": 100})
 
     def held_out_accuracy():
         x, y = copy_pretrain.recall_batch(random.Random("held out"), ids, 32, 48, [2, 8], [4, 8])
@@ -504,15 +508,17 @@ def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences
 def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = Config({"seed": 1234, "repos": {"root": str(ROOT / "data" / "repos"), "sft": ["tinycsv"]},
-                  "policy": {"init": {
-                      "tokenizer": {"vocab_size": 640, "min_frequency": 2, "stdlib_max_bytes": 100_000,
-                                    "max_file_bytes": 20_000, "model_max_length": 512},
-                      "model": {"hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2,
-                                "head_dim": 8, "intermediate": 64, "max_position_embeddings": 512,
-                                "rope_theta": 1_000_000, "embedding_std": 0.05},
-                      "copy": {"repeat": {"steps": 3, "batch": 4}, "recall": {"steps": 3, "batch": 2, "length": 32},
-                               "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
+    cfg = config_mod.merged(PARAMS, {
+        "seed": 1234, "repos": {"root": str(ROOT / "data" / "repos"), "sft": ["tinycsv"]},
+        "policy": {"init": {
+            "tokenizer": {"vocab_size": 640, "min_frequency": 2, "stdlib_max_bytes": 100_000,
+                          "max_file_bytes": 20_000, "model_max_length": 512, "split": "qwen"},
+            "model": {"hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2,
+                      "head_dim": 8, "intermediate": 64, "max_position_embeddings": 512,
+                      "rope_theta": 1_000_000, "embedding_std": 0.05},
+            "copy": {"repeat": {"steps": 3, "batch": 4, "until_accuracy": None},
+                     "recall": {"steps": 3, "batch": 2, "length": 32},
+                     "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
     for name in ("a", "b"):
         init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None))
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")

@@ -15,11 +15,14 @@ import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
+from forgeline import config  # noqa: E402
 from forgeline.config import Config  # noqa: E402
+from forgeline.params import AdapterConfig  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.train import critic, ppo  # noqa: E402
 
+from embedded import PARAMS  # noqa: E402
 from test_critic import make_tasks  # noqa: E402
 from tiny_models import tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
@@ -28,6 +31,9 @@ __all__ = ["tok"]  # a fixture from tiny_models: pytest finds it by this name
 
 BIN = Path(sys.executable).parent
 torch.set_num_threads(1)
+# the update math as these tests were written for: GAE lambda 0.95, one actor pass, one minibatch
+PPO = config.merged(PARAMS.train.ppo, {"lam": 0.95, "ppo_epochs": 1, "minibatches": 1, "actor_lr": 3e-4,
+                                       "threads": 1})
 
 
 # -- the update math: a synthetic reward, no sandbox --------------------------------------------
@@ -46,11 +52,11 @@ def test_ppo_updates_raise_a_synthetic_reward(tok):
         lm.get_input_embeddings().weight.mul_(10.0)
     u = torch.randn(lm.config.hidden_size, generator=torch.Generator().manual_seed(5))
     in_s = (lm.get_input_embeddings().weight @ u > 0).tolist()
-    actor = ppo.make_actor(lm, {"r": 8, "alpha": 16, "dropout": 0.0,
-                                "target_modules": list(tiny.LORA_TARGET_MODULES)}, seed=1)
+    actor = ppo.make_actor(lm, AdapterConfig(r=8, alpha=16, dropout=0.0,
+                                             target_modules=list(tiny.LORA_TARGET_MODULES)), seed=1)
     value = critic.value_model(tiny_lm(tok, seed=12).model, init_value=0.5)
-    cfg = ppo.ppo_config({"actor_lr": 1e-2, "critic_lr": 1e-2, "minibatches": 2, "ppo_epochs": 2,
-                          "kl_coef": 0.001, "entropy_coef": 0.0})
+    cfg = config.merged(PPO, {"actor_lr": 1e-2, "critic_lr": 1e-2, "minibatches": 2, "ppo_epochs": 2,
+                              "kl_coef": 0.001, "entropy_coef": 0.0})
     trainer = ppo.PPOTrainer(actor, value, cfg, seed=3)
     engine = HFEngine(actor, tok)
     prompt = tok.encode("def add(a, b):", add_special_tokens=False)
@@ -84,12 +90,12 @@ def test_trainer_log_probs_are_those_the_tokens_were_sampled_from(tok):
     lm = tiny_lm(tok)
     with torch.no_grad():
         lm.get_input_embeddings().weight.mul_(10.0)  # logits far from flat, so T matters
-    actor = ppo.make_actor(lm, {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj"]}, seed=1)
+    actor = ppo.make_actor(lm, AdapterConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"]), seed=1)
     value = critic.value_model(tiny_lm(tok, seed=12).model)
     prompt = tok.encode("def add(a, b):", add_special_tokens=False)
     actor.eval()
     gens = HFEngine(actor, tok).generate([prompt] * 3, 6, 0.6, 1.0, seed=4)
-    cfg = ppo.ppo_config({})
+    cfg = PPO
     tempered = ppo.PPOTrainer(actor, value, cfg, seed=0, temperature=0.6)
     plain = ppo.PPOTrainer(actor, value, cfg, seed=0)
     for i, g in enumerate(gens):
@@ -114,12 +120,12 @@ def test_pure_parts():
     rec = {"instance_id": "x", "seed": 1, "outcome": "failed", "tokens": [1, 2], "action_mask": [0, 1],
            "validity": {"outcome": True, "labels": False, "trajectory": True, "alignment": False}}
     assert ppo.failed_gate(rec) == "labels"
-    assert ppo.drop_counts([ppo.episode_sample(rec, 0, {})]) == {"outcome": 0, "labels": 1, "trajectory": 0,
+    assert ppo.drop_counts([ppo.episode_sample(rec, 0, PARAMS.agent.reward)]) == {"outcome": 0, "labels": 1, "trajectory": 0,
                                                                  "alignment": 0}
-    with pytest.raises(ValueError, match="unknown key"):
-        ppo.ppo_config({"clip": 0.1})
-    with pytest.raises(ValueError, match="kl_mode"):
-        ppo.ppo_config({"kl_mode": "both"})
+    with pytest.raises(config.ConfigError, match="unknown key 'clip'"):
+        config.merged(PPO, {"clip": 0.1})
+    with pytest.raises(config.ConfigError, match="kl_mode: 'both' is not one of"):
+        config.merged(PPO, {"kl_mode": "both"})
 
 
 # -- the stage -------------------------------------------------------------------------------
@@ -135,13 +141,15 @@ def world(tmp_path_factory, tok):
     tiny_lm(tok).save_pretrained(policy)
     (root / "critic").mkdir()
     critic.save_value_model(critic.init_value_model(policy, init_value=-0.2), root / "critic")
-    data = {"seed": 3, "repos": {"root": str(root / "repos")},
-            "sandbox": {"backend": "process", "test_timeout_s": 60},
-            # text alignment: the random tiny policy's turns drift from the canonical ids
-            "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 2048,
-                      "rollout": {"concurrency": 2}},
-            "train": {"ppo": {"steps": 2, "tasks_per_step": 4, "checkpoint_every": 1, "keep_checkpoints": 0,
-                              "minibatches": 2, "actor_lr": 1e-2, "lora": {"dropout": 0.05}}}}
+    data = config.merged(PARAMS, {
+        "seed": 3, "repos": {"root": str(root / "repos")},
+        "sandbox": {"backend": "process", "test_timeout_s": 60},
+        # text alignment: the random tiny policy's turns drift from the canonical ids
+        "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 2048,
+                  "command_timeout_s": 30, "temperature": 1.0, "rollout": {"concurrency": 2}},
+        "train": {"ppo": {**config.as_dict(PPO), "steps": 2, "tasks_per_step": 4, "checkpoint_every": 1,
+                          "keep_checkpoints": 0, "minibatches": 2, "actor_lr": 1e-2,
+                          "lora": {"dropout": 0.05}}}}).data
     return {"root": root, "policy": policy, "critic": root / "critic", "tasks": root / "tasks.jsonl", "data": data}
 
 
@@ -231,7 +239,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     man = json.loads((out / "manifest.json").read_text())
     assert man["notes"]["resumed_from"] == 1
     # another config never resumes this run's state: it starts afresh in a folder of its own
-    other = {**world["data"], "train": {"ppo": {**world["data"]["train"]["ppo"], "clip_ratio": 0.3}}}
+    other = config.deep_merge(world["data"], {"train": {"ppo": {"clip_ratio": 0.3}}})
     mp.setenv("PATH", _env()["PATH"])
     try:
         ppo.run(Config(data=other), _args(world, tmp_path / "other", stop_after=1,
@@ -283,8 +291,8 @@ def test_adapter_loads_with_peft_auto_classes_from_any_directory(tok, tmp_path, 
     monkeypatch.chdir(project)
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained("results/policy/sft")  # as the rule passes it
-    actor = ppo.make_actor(base, ppo.ppo_config({})["lora"], seed=1)
-    ppo.save_adapter(actor, "results/adapter", ppo.base_reference("results/policy/sft", {"source": "sft"}))
+    actor = ppo.make_actor(base, PARAMS.train.ppo.lora, seed=1)
+    ppo.save_adapter(actor, "results/adapter", ppo.base_reference("results/policy/sft", PARAMS.policy.base))
     ppo.save_adapter(actor, "results/adapter-as-peft-wrote-it")
     recorded = json.loads((project / "results/adapter/adapter_config.json").read_text())
     assert recorded["base_model_name_or_path"] == str(policy)
@@ -302,6 +310,7 @@ def test_adapter_loads_with_peft_auto_classes_from_any_directory(tok, tmp_path, 
     proc = load("adapter")
     assert proc.returncode == 0 and "LOADED PeftModelForCausalLM" in proc.stdout, proc.stderr[-3000:]
     assert load("adapter-as-peft-wrote-it").returncode != 0  # PEFT's own relative record
-    pinned = {"source": "hub", "hub": {"repo_id": "org/agent-8b", "revision": "a" * 40}}
+    pinned = config.merged(PARAMS.policy.base, {"source": "hub", "hub": {"repo_id": "org/agent-8b",
+                                                                         "revision": "a" * 40}})
     assert ppo.base_reference("results/policy/hub", pinned) == {
         "base_model_name_or_path": "org/agent-8b", "revision": "a" * 40}

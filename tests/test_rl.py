@@ -10,6 +10,8 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent.rewards import token_rewards  # noqa: E402
 from forgeline.train import rl  # noqa: E402
 
+from embedded import PARAMS  # noqa: E402
+
 torch.set_num_threads(1)
 T = lambda *xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
 
@@ -53,7 +55,7 @@ def test_returns_from_an_episode_record_with_process_and_terminal_rewards():
     ep = {"instance_id": "x", "outcome": "resolved", "stats": {"steps": 2},
           "tokens": [0] * 8, "action_mask": [0, 0, 1, 1, 0, 1, 1, 0],
           "turns": [{"labels": bad, "span": [2, 4]}, {"labels": good, "span": [5, 7]}]}
-    r = torch.tensor(token_rewards(ep), dtype=torch.float64)
+    r = torch.tensor(token_rewards(ep, PARAMS.agent.reward), dtype=torch.float64)
     # bad: -0.02 - 0.01 = -0.03 on token 3; good: 0.04 + (1.0 - 0.02 steps) = 1.02 on token 6
     assert r.tolist() == pytest.approx([0, 0, 0, -0.03, 0, 0, 1.02, 0])
     g = rl.lambda_returns(r, torch.tensor(ep["action_mask"], dtype=torch.float64), 1.0, 1.0)

@@ -11,9 +11,9 @@ import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
-from forgeline.agent.episode import agent_config, run_episode, tool_schemas  # noqa: E402
+from forgeline import config  # noqa: E402
+from forgeline.agent.episode import run_episode, tool_schemas  # noqa: E402
 from forgeline.agent.oracle import REVERTED, ScriptedEngine, apply_hunks, oracle_episode, oracle_texts, parse_patch  # noqa: E402
-from forgeline.config import Config  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.chat import render_ids  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
@@ -22,13 +22,18 @@ from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 from forgeline.train import sft  # noqa: E402
 
+from embedded import PARAMS  # noqa: E402
 from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
 from tiny_project import TINY_REPOS, write_repo  # noqa: E402
 
 __all__ = ["direct_python", "tok"]  # fixtures from tiny_models: pytest finds them by these names
 
 torch.set_num_threads(1)
-TOOLS = tool_schemas(agent_config()["tools"])
+TOOLS = tool_schemas(PARAMS.agent.tools)
+# replayed scripts: room for long turns and many steps, the ids check, the oracle's fix right after its grep
+AGENT = config.merged(PARAMS.agent, {"max_new_tokens": 256, "context_limit": 4096, "max_steps": 30,
+                                     "command_timeout_s": 30, "temperature": 1.0, "alignment": "ids",
+                                     "oracle": {"max_lines": 30, "max_guesses": 0}})
 SUBMIT = oracle_texts([("submit", {})])[0]
 PATH = "alpha/__init__.py"
 CLEAN = TINY_REPOS["alpha"][0]
@@ -88,7 +93,7 @@ def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
                 "problem_statement": msgs[1]["content"], "image_name": "x"}
         texts = [m["content"] for m in msgs if m["role"] == "assistant"]
         engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
-        rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+        rec = run_episode(task, 0, engine, ProcessSandbox(), AGENT,
                           env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
         assert_same_but_test_counts(rec["messages"], msgs)
         assert rec["exit_status"] == "submitted"
@@ -113,8 +118,7 @@ def test_synthetic_scan_is_what_the_real_tools_do(tok, repos):
     task = {"instance_id": "beta.syn.scan", "repo": "beta", "patch": make_patch(path, clean, buggy),
             "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
     engine = ScriptedEngine(tok, lambda prompt, turn: calls[min(turn, len(calls) - 1)])
-    rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096,
-                                                          "max_steps": len(calls)},
+    rec = run_episode(task, 0, engine, ProcessSandbox(), config.merged(AGENT, {"max_steps": len(calls)}),
                       env=RepoSnapshot.load(repos, "beta").env(), tokenizer=tok)
     real = [m["content"] for m in rec["messages"] if m["role"] == "tool"]
     synth = [m["content"] for m in msgs if m["role"] == "tool"]
@@ -154,7 +158,7 @@ def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos
         task = {"instance_id": "alpha.syn.recovery", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
                 "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
         engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
-        rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+        rec = run_episode(task, 0, engine, ProcessSandbox(), AGENT,
                           env=RepoSnapshot.load(repos, "alpha").env(), tokenizer=tok)
         assert_same_but_test_counts(rec["messages"], [{k: v for k, v in m.items() if k != "train"} for m in rec_msgs])
         assert rec["outcome"] == "resolved"
@@ -223,10 +227,10 @@ def test_lr_schedule():
     assert sft.lr_at(10, 100, 10, 1.0, 0.1) == pytest.approx(1.0)
     assert sft.lr_at(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
     assert sft.lr_at(55, 100, 10, 1.0, 0.0, "linear") == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        sft.sft_config({"schedule": "step"})
-    with pytest.raises(ValueError):
-        sft.sft_config({"bogus": 1})
+    with pytest.raises(config.ConfigError, match="schedule: 'step' is not one of"):
+        config.merged(PARAMS.train.sft, {"schedule": "step"})
+    with pytest.raises(config.ConfigError, match="unknown key 'bogus'"):
+        config.merged(PARAMS.train.sft, {"bogus": 1})
 
 
 def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repository(tok, tmp_path):
@@ -261,7 +265,7 @@ def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repos
             "problem_statement": renamed[1]["content"], "image_name": "x"}
     texts = [m["content"] for m in renamed if m["role"] == "assistant"]
     engine = ScriptedEngine(tok, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
-    rec = run_episode(task, 0, engine, ProcessSandbox(), {"max_new_tokens": 256, "context_limit": 4096},
+    rec = run_episode(task, 0, engine, ProcessSandbox(), AGENT,
                       env=RepoSnapshot.load(tmp_path, "renamed").env(), tokenizer=tok)
     assert_same_but_test_counts(rec["messages"], renamed)
     assert rec["outcome"] == "resolved"
@@ -312,8 +316,8 @@ def examples(tok):
 
 
 def test_training_lowers_the_loss_and_is_deterministic(tok, examples):
-    cfg = sft.sft_config({"epochs": 1, "max_steps": 4, "tokens_per_batch": 100000, "lr": 5e-3,
-                          "warmup_steps": 2})
+    cfg = config.merged(PARAMS.train.sft, {"epochs": 1, "max_steps": 4, "tokens_per_batch": 100000, "lr": 5e-3,
+                                           "warmup_steps": 2})
     states, curves = [], []
     for _ in range(2):
         lm = tiny_lm(tok, max_position_embeddings=4096)
@@ -336,14 +340,14 @@ def test_stage_end_to_end(tok, repos, tmp_path):
             "FAIL_TO_PASS": ["tests/test_alpha.py::test_add"], "PASS_TO_PASS": [],
             "problem_statement": "`alpha.add` returns a wrong result.", "image_name": "x",
             "mutation": {"file": PATH, "function": "add", "kind": "op_swap"}}
-    rec = oracle_episode(task, sb, tok, {"max_new_tokens": 256}, env=RepoSnapshot.load(repos, "alpha").env())
+    rec = oracle_episode(task, sb, tok, AGENT, env=RepoSnapshot.load(repos, "alpha").env())
     assert rec["outcome"] == "resolved"
     oracle_file = tmp_path / "oracle.jsonl"
     oracle_file.write_text(json.dumps(rec) + "\n")
-    cfg = Config(data={"seed": 1, "repos": {"root": str(repos), "sft": ["alpha"], "pool": ["beta"], "panel": []},
-                       "agent": {}, "train": {"sft": {"max_steps": 2, "max_seq_len": 4096, "tokens_per_batch": 2048,
-                                                      "synthetic": {"examples": 2, "stdlib": False,
-                                                                    "kinds": ["cmp_boundary"]}}}})
+    cfg = config.merged(PARAMS, {
+        "seed": 1, "repos": {"root": str(repos), "sft": ["alpha"], "pool": ["beta"], "panel": []},
+        "train": {"sft": {"max_steps": 2, "max_seq_len": 4096, "tokens_per_batch": 2048, "threads": 1,
+                          "synthetic": {"examples": 2, "stdlib": False, "kinds": ["cmp_boundary"]}}}})
     out = tmp_path / "policy"
     sft.run(cfg, argparse.Namespace(init=str(init), oracle=[str(oracle_file)], out=str(out), manifest=None))
     names = {p.name for p in out.iterdir()}

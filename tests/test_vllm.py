@@ -301,6 +301,8 @@ def _vllm_processes() -> set[int]:
 def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, model_dir, tmp_path, monkeypatch):
     import argparse
 
+    from embedded import PARAMS
+    from forgeline import config
     from forgeline.config import Config
     from forgeline.train import critic, ppo
     from test_critic import make_tasks
@@ -310,13 +312,15 @@ def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, mod
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in make_tasks()))
     (tmp_path / "critic").mkdir()
     critic.save_value_model(critic.init_value_model(model_dir, init_value=-0.2), tmp_path / "critic")
-    data = {"seed": 3, "repos": {"root": str(tmp_path / "repos")},
-            "sandbox": {"backend": "process", "test_timeout_s": 60},
-            "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 1024,
-                      "rollout": {"concurrency": 2}},
-            "serving": {"engine": "vllm", "vllm": {"max_model_len": 1024, "max_lora_rank": LORA_RANK}},
-            "train": {"ppo": {"steps": 2, "tasks_per_step": 2, "checkpoint_every": 1, "actor_lr": 1e-2,
-                              "lora": {"r": LORA_RANK}}}}
+    data = config.merged(PARAMS, {
+        "seed": 3, "repos": {"root": str(tmp_path / "repos")},
+        "sandbox": {"backend": "process", "test_timeout_s": 60},
+        "agent": {"max_steps": 2, "max_new_tokens": 16, "alignment": "text", "context_limit": 1024,
+                  "command_timeout_s": 30, "temperature": 1.0, "rollout": {"concurrency": 2}},
+        "serving": {"engine": "vllm", "vllm": {"max_model_len": 1024, "max_lora_rank": LORA_RANK}},
+        "train": {"ppo": {"steps": 2, "tasks_per_step": 2, "checkpoint_every": 1, "actor_lr": 1e-2,
+                          "lam": 0.95, "ppo_epochs": 1, "minibatches": 1, "threads": 1,
+                          "lora": {"r": LORA_RANK}}}}).data
     monkeypatch.setenv(serve.VENV_ENV, str(vllm_python.parent.parent))
     monkeypatch.chdir(ROOT)  # the server's state folder: .forgeline/vllm of the project
     loaded: list[str] = []

@@ -48,6 +48,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "code-deps": ("forgeline.codedeps", "the code each stage runs, and its stamp (digest)"),
     "check-config": ("forgeline.workflow.dag",
                      "check config files as the Snakefile does (schema, files they name)"),
+    "config-get": ("forgeline.config", "print one value of the merged config (e.g. sandbox.backend)"),
     "verify": ("forgeline.workflow.verify",
                "check results/ against the manifests; mark them current for Snakemake"),
 }

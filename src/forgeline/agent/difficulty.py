@@ -3,7 +3,7 @@
 For each validated candidate task of the RL pool, `k` episodes of the policy (the in-process
 HF engine) with fixed seeds through `forgeline.agent.rollout` (resumable partial record);
 c = resolved episodes of n = k. A task is kept when its success fraction c/n lies inside the
-band [lo, hi] (inclusive; default 1/4..3/4): a task the policy always or never solves gives
+band [lo, hi] (inclusive; params.yaml: 1/4..3/4): a task the policy always or never solves gives
 PPO no signal (GRPO-style advantages are zero). pass@k is reported with the unbiased
 estimator 1 - C(n-c, k)/C(n, k).
 
@@ -26,11 +26,11 @@ from math import comb
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import summarize
 from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.config import as_dict
+from forgeline.params import RewardConfig
 from forgeline.policy.engine import open_engine
-from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, write_json, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import stage_seed
@@ -39,32 +39,6 @@ from forgeline.tasks.schema import repo_key
 
 log = logging.getLogger(__name__)
 STAGE = "tasks.difficulty"
-
-DEFAULTS: dict[str, Any] = {
-    "k": 4,                     # episodes per task
-    "band": [0.25, 0.75],       # keep tasks with lo <= c/k <= hi (inclusive)
-    "max_tasks_per_repo": 0,    # evaluate at most this many tasks per repository (0 = all)
-    "seeds": None,              # explicit episode seeds (k of them); null = derived from the root seed
-    "threads": 1,               # torch threads
-}
-
-
-def difficulty_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """DEFAULTS overlaid by `section` (the config's `tasks.difficulty`), checked."""
-    out = dict(DEFAULTS)
-    for key, value in (section or {}).items():
-        if key not in DEFAULTS:
-            raise ValueError(f"tasks.difficulty: unknown key {key} (known: {', '.join(sorted(DEFAULTS))})")
-        out[key] = value
-    lo, hi = out["band"]
-    if not 0 <= lo <= hi <= 1:
-        raise ValueError(f"tasks.difficulty.band={out['band']}: expected 0 <= lo <= hi <= 1")
-    if int(out["k"]) < 1:
-        raise ValueError("tasks.difficulty.k must be >= 1")
-    if out["seeds"] is not None and len(out["seeds"]) != int(out["k"]):
-        raise ValueError(f"tasks.difficulty.seeds: {len(out['seeds'])} seeds for k={out['k']}")
-    return out
-
 
 # -- pure -----------------------------------------------------------------------------------
 
@@ -113,8 +87,8 @@ def task_stats(episodes: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict]
     return dict(sorted(acc.items()))
 
 
-def report(episodes: Sequence[Mapping[str, Any]], k: int, band: Sequence[float],
-           skipped: Mapping[str, str] | None = None, reward_cfg: Mapping[str, Any] | None = None) -> dict:
+def report(episodes: Sequence[Mapping[str, Any]], k: int, band: Sequence[float], reward_cfg: RewardConfig,
+           skipped: Mapping[str, str] | None = None) -> dict:
     """The difficulty report: per task stats and kept flag, histogram of c, per repository
     counts, outcomes, well-formed tool-call rate (turns), time per episode (s)."""
     stats = task_stats(episodes, k)
@@ -191,13 +165,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    d = difficulty_config(cfg.data.get("tasks", {}).get("difficulty"))
-    a = agent_config(cfg.data.get("agent"))
-    torch.set_num_threads(max(1, int(d["threads"])))
-    k = int(d["k"])
-    seeds = [int(s) for s in d["seeds"]] if d["seeds"] is not None else sample_seeds(int(cfg["seed"]), k)
-    pool = set(cfg["repos"]["pool"])
-    repos_root = Path(cfg["repos"]["root"])
+    d, a = cfg.tasks.difficulty, cfg.agent
+    torch.set_num_threads(max(1, int(d.threads)))
+    k = int(d.k)
+    seeds = [int(s) for s in d.seeds] if d.seeds is not None else sample_seeds(cfg.seed, k)
+    pool = set(cfg.repos.pool)
+    repos_root = Path(cfg.repos.root)
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     foreign = sorted({repo_key(t["repo"]) for t in tasks} - pool)
     if foreign:
@@ -205,22 +178,22 @@ def run(cfg, args: argparse.Namespace) -> None:
     tasks, skipped = fresh_tasks(tasks, repos_root)
     if skipped:
         log.warning("skipping %d stale task(s), e.g. %s", len(skipped), next(iter(sorted(skipped))))
-    tasks = cap_per_repo(tasks, int(d["max_tasks_per_repo"]), int(cfg["seed"]))
+    tasks = cap_per_repo(tasks, int(d.max_tasks_per_repo), cfg.seed)
     out = Path(args.out)
     episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
     partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-    serving = serving_config(cfg.data.get("serving"))
-    manifest = Manifest(stage=STAGE, params={"tasks.difficulty": d, "agent": a, "serving": serving},
+    serving = cfg.serving
+    manifest = Manifest(stage=STAGE, params={"tasks.difficulty": as_dict(d), "agent": as_dict(a),
+                                             "serving": as_dict(serving)},
                         seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=__name__)
     pairs = [(t, s) for t in tasks for s in seeds]
     policy = argparse.Namespace(policy=args.policy, base=None, name=None, engine=None, base_url=None,
                                 model=None, tokenizer=None)
     with manifest.timed("rollout"), \
-            open_engine(policy, serving, seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, _):
-        episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=repos_root,
-                           record_path=partial, policy=name,
-                           test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
-    rep = report(episodes, k, d["band"], skipped, a["reward"])
+            open_engine(policy, serving, seed=stage_seed(cfg.seed, STAGE)) as (engine, name, _):
+        episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), a, repos_root=repos_root,
+                           record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
+    rep = report(episodes, k, d.band, a.reward, skipped)
     timing = {key: rep.pop(key) for key in ("mean_episode_wall_s", "mean_episode_generate_s")}
     kept = set(rep["kept"])
     write_jsonl(out, [t for t in tasks if t["instance_id"] in kept])

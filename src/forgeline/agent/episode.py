@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.agent.rewards import REWARD_DEFAULTS, process_reward
-from forgeline.config import with_defaults
+from forgeline.agent.rewards import process_reward
+from forgeline.config import as_dict
+from forgeline.params import AgentConfig
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.engine import Engine, Generation
 from forgeline.sandbox.base import Sandbox, SandboxError, TaskEnv
@@ -56,43 +57,9 @@ RECORD_VERSION = 1
 
 # -- config ---------------------------------------------------------------------------------
 
-DEFAULTS: dict[str, Any] = {
-    "tools": ["bash", "edit", "submit"],
-    "max_steps": 30,
-    "max_new_tokens": 256,
-    "max_total_tokens": 0,
-    "context_limit": 4096,
-    "command_timeout_s": 30.0,
-    "wall_time_s": 1800.0,
-    "max_tool_output_chars": 2000,
-    "max_invalid_calls": 3,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "normalize_pytest": True,
-    "alignment": "ids",
-    "credit_unsubmitted": False,
-    "rollout": {"concurrency": 8, "seeding": "batch"},
-    "oracle": {"max_lines": 30, "max_guesses": 0},
-    "reward": REWARD_DEFAULTS,
-}
-
-
-def agent_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """DEFAULTS overlaid by `section` (the config's `agent` mapping), checked for unknown keys."""
-    cfg = with_defaults(DEFAULTS, section, "agent")
-    unknown = sorted(set(cfg["tools"]) - set(AGENT_TOOLS))
-    if unknown or "submit" not in cfg["tools"]:
-        raise ValueError(f"agent.tools={cfg['tools']}: choose from {sorted(AGENT_TOOLS)}, submit included")
-    if cfg["alignment"] not in ("ids", "text"):
-        raise ValueError(f"agent.alignment={cfg['alignment']!r}: expected 'ids' or 'text'")
-    if cfg["rollout"]["seeding"] not in ("batch", "episode"):
-        raise ValueError(f"agent.rollout.seeding={cfg['rollout']['seeding']!r}: expected 'batch' or 'episode'")
-    return cfg
-
-
-def config_digest(cfg: Mapping[str, Any]) -> str:
-    """sha256 (16 hex) of the canonical JSON of an agent config."""
-    text = json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def config_digest(cfg: AgentConfig) -> str:
+    """sha256 (16 hex) of the canonical JSON of an agent config (the config's `agent`)."""
+    text = json.dumps(as_dict(cfg), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -312,26 +279,26 @@ def task_env(task: Mapping[str, Any], repos_root: str | Path) -> TaskEnv:
 class Episode:
     """One task, one seed, one policy: see the module docstring for the protocol.
 
-    `tokenizer`: the policy's tokenizer (its chat template renders the prompts). `cfg`: an
-    `agent_config` dict. `test_timeout_s`: the verifier's time limit (sandbox.test_timeout_s).
+    `tokenizer`: the policy's tokenizer (its chat template renders the prompts). `cfg`: the
+    config's `agent`. `test_timeout_s`: the verifier's time limit (sandbox.test_timeout_s).
     `source`: "policy" or "oracle" (recorded). The session is opened by `start()` and closed by
     `finish()` or `close()`.
     """
 
     def __init__(self, task: Mapping[str, Any], seed: int, tokenizer, sandbox: Sandbox, env: TaskEnv,
-                 cfg: Mapping[str, Any] | None = None, policy: str = "policy", source: str = "policy",
+                 cfg: AgentConfig, policy: str = "policy", source: str = "policy",
                  test_timeout_s: float = 120.0, context_limit: int | None = None):
         self.task = task
         self.seed = int(seed)
         self.tok = tokenizer
         self.sandbox = sandbox
         self.env = env
-        self.cfg = agent_config(cfg)
+        self.cfg = cfg
         self.policy = policy
         self.source = source
         self.test_timeout_s = float(test_timeout_s)
-        self.context_limit = int(context_limit or self.cfg["context_limit"])
-        self.tools = tool_schemas(self.cfg["tools"])
+        self.context_limit = int(context_limit or self.cfg.context_limit)
+        self.tools = tool_schemas(self.cfg.tools)
         self.im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.session = None
         self.messages: list[dict] = []
@@ -404,14 +371,14 @@ class Episode:
         self._gen_prompt = full[len(self._rendered):] if full.startswith(self._rendered) else \
             "<|im_start|>assistant\n"
         prompt = self.tokens + self._encode(self._gen_prompt)
-        if self._elapsed() > float(c["wall_time_s"]):
+        if self._elapsed() > float(c.wall_time_s):
             self.exit_status = "wall_time"
-        elif self.steps >= int(c["max_steps"]):
+        elif self.steps >= int(c.max_steps):
             self.exit_status = "step_limit"
-        elif len(prompt) + int(c["max_new_tokens"]) > self.context_limit:
+        elif len(prompt) + int(c.max_new_tokens) > self.context_limit:
             self.exit_status = "context_exceeded"
-        elif c["max_total_tokens"] and \
-                self.input_tokens + self.output_tokens + len(prompt) > int(c["max_total_tokens"]):
+        elif c.max_total_tokens and \
+                self.input_tokens + self.output_tokens + len(prompt) > int(c.max_total_tokens):
             self.exit_status = "token_limit"
         if self.done:
             return None
@@ -429,8 +396,8 @@ class Episode:
             raise RuntimeError("the episode is over")
         c = self.cfg
         t0 = time.monotonic()
-        gen = engine.generate([prompt], int(c["max_new_tokens"]), float(c["temperature"]),
-                              float(c["top_p"]), seed=self.turn_seed())[0]
+        gen = engine.generate([prompt], int(c.max_new_tokens), float(c.temperature),
+                              float(c.top_p), seed=self.turn_seed())[0]
         self.timing["generate_s"] += time.monotonic() - t0
         return gen
 
@@ -438,13 +405,13 @@ class Episode:
 
     def _run_call(self, call) -> dict:
         c = self.cfg
-        timeout = float(c["command_timeout_s"])
+        timeout = float(c.command_timeout_s)
         if call.name == "bash":
             command = call.arguments["command"]
             res = self.session.exec(command, timeout)
-            body = normalize_pytest(res.output) if c["normalize_pytest"] else res.output
+            body = normalize_pytest(res.output) if c.normalize_pytest else res.output
             head = f"exit code: {res.exit_code}" + (f" (timed out after {timeout:g} s)" if res.timed_out else "")
-            text = truncate(f"{head}\n{body}" if body else head, int(c["max_tool_output_chars"]))
+            text = truncate(f"{head}\n{body}" if body else head, int(c.max_tool_output_chars))
             f2p = f2p_passing(command, res.output, self.task["FAIL_TO_PASS"])
             return {"name": "bash", "exit_code": res.exit_code, "timed_out": res.timed_out,
                     "ok": res.exit_code == 0 and not res.timed_out, "output": text,
@@ -457,7 +424,7 @@ class Episode:
             if not out:
                 out = f"edit failed (exit code {res.exit_code})" if not ok else f"edited {a['path']}"
             return {"name": "edit", "exit_code": res.exit_code, "timed_out": res.timed_out, "ok": ok,
-                    "output": truncate(out, int(c["max_tool_output_chars"])), "chars": len(res.output),
+                    "output": truncate(out, int(c.max_tool_output_chars)), "chars": len(res.output),
                     "error": not ok or looks_like_error(out), "f2p_passing": None}
         raise AssertionError(call.name)
 
@@ -516,11 +483,11 @@ class Episode:
                            for c in calls],
             "tool_results": results,
             "labels": labels,
-            "process_reward": process_reward(labels, self.cfg["reward"]["process_weights"]),
+            "process_reward": process_reward(labels, self.cfg.reward.process_weights),
         })
         if submitted:
             self.exit_status = "submitted"
-        elif self.invalid_run >= int(self.cfg["max_invalid_calls"]):
+        elif self.invalid_run >= int(self.cfg.max_invalid_calls):
             self.exit_status = "invalid_calls"
 
         # the non-generated text up to the end of this turn's tool results
@@ -583,11 +550,11 @@ class Episode:
                        and t["token_ids"][-1] != self.im_end_id
                        and t["token_ids"][-1] in self.tok.all_special_ids]
         lengths_ok = len(self.tokens) == len(self.mask) == len(self.logprobs)
-        if self.cfg["alignment"] == "ids":
+        if self.cfg.alignment == "ids":
             valid = ids_match and lengths_ok
         else:
             valid = text_match and self.prefix_ok and lengths_ok
-        return {"valid": valid, "check": self.cfg["alignment"], "ids_match": ids_match,
+        return {"valid": valid, "check": self.cfg.alignment, "ids_match": ids_match,
                 "text_match": text_match, "template_prefix_ok": self.prefix_ok,
                 "first_mismatch": first, "drift_turns": drift, "foreign_eos_turns": foreign_eos,
                 "lengths_ok": lengths_ok}
@@ -603,7 +570,7 @@ class Episode:
         status = self.exit_status
         if status == "submitted":
             return "resolved" if resolved else "failed"
-        if resolved and self.cfg["credit_unsubmitted"]:
+        if resolved and self.cfg.credit_unsubmitted:
             return "resolved"
         return {"wall_time": "timeout", "context_exceeded": "context_exceeded",
                 "invalid_calls": "invalid", "step_limit": "step_limit",
@@ -675,7 +642,7 @@ class Episode:
 
 
 def run_episode(task: Mapping[str, Any], seed: int, engine: Engine, sandbox: Sandbox,
-                cfg: Mapping[str, Any] | None = None, *, env: TaskEnv | None = None,
+                cfg: AgentConfig, *, env: TaskEnv | None = None,
                 repos_root: str | Path | None = None, tokenizer=None, policy: str = "policy",
                 source: str = "policy", test_timeout_s: float = 120.0) -> dict:
     """Run one episode to its end and return its record. Each turn is generated alone, seeded
@@ -687,10 +654,9 @@ def run_episode(task: Mapping[str, Any], seed: int, engine: Engine, sandbox: San
             raise ValueError("run_episode needs env= or repos_root=")
         env = task_env(task, repos_root)
     tok = tokenizer if tokenizer is not None else engine.tokenizer
-    cfg = agent_config(cfg)
     ep = Episode(task, seed, tok, sandbox, env, cfg, policy=policy, source=source,
                  test_timeout_s=test_timeout_s,
-                 context_limit=effective_context_limit(engine, cfg["context_limit"]))
+                 context_limit=effective_context_limit(engine, cfg.context_limit))
     try:
         ep.start()
         while ep.next_prompt() is not None:

@@ -34,14 +34,16 @@ import difflib
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import IM_END, agent_config, apply_edit, run_episode, task_env
+from forgeline.agent.episode import IM_END, apply_edit, run_episode, task_env
 from forgeline.agent.trajectory import export_trajectories
+from forgeline.config import as_dict
+from forgeline.params import AgentConfig
 from forgeline.policy.chat import format_tool_call
 from forgeline.policy.engine import Engine, Generation
 from forgeline.provenance import Manifest, read_jsonl, write_jsonl
@@ -438,20 +440,19 @@ def oracle_texts(actions: Sequence[tuple[str, dict]]) -> list[str]:
     return [format_tool_call(name, args) for name, args in actions]
 
 
-def oracle_episode(task: Mapping[str, Any], sandbox: Sandbox, tokenizer, cfg: Mapping[str, Any] | None = None,
+def oracle_episode(task: Mapping[str, Any], sandbox: Sandbox, tokenizer, cfg: AgentConfig,
                    *, env: TaskEnv | None = None, repos_root: str | Path | None = None,
                    test_timeout_s: float = 120.0) -> dict | None:
     """Run the oracle on `task` through the agent loop (the scan when `cfg`'s
     `oracle.max_guesses` > 0); returns the episode record (`source: "oracle"`, logprobs 0), or
     None when the scan does not reach the task's fix. Keep it only if
     `usable_oracle_episode(record)`."""
-    c = agent_config(cfg)
     env = env if env is not None else task_env(task, repos_root)
-    actions = oracle_actions(task, env.source, int(c["oracle"]["max_lines"]), int(c["oracle"]["max_guesses"]))
+    actions = oracle_actions(task, env.source, int(cfg.oracle.max_lines), int(cfg.oracle.max_guesses))
     if actions is None:
         return None
     texts = oracle_texts(actions)
-    c["max_steps"] = max(int(c["max_steps"]), len(texts))
+    c = replace(cfg, max_steps=max(int(cfg.max_steps), len(texts)))
     engine = ScriptedEngine(tokenizer, lambda prompt, turn: texts[min(turn, len(texts) - 1)])
     record = run_episode(task, 0, engine, sandbox, c, env=env, tokenizer=tokenizer, policy="oracle",
                          source="oracle", test_timeout_s=test_timeout_s)
@@ -486,18 +487,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    section = agent_config(cfg.data.get("agent"))
+    section = cfg.agent
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    sandbox = get_sandbox(cfg["sandbox"])
-    repos_root = Path(cfg["repos"]["root"])
+    sandbox = get_sandbox(cfg.sandbox)
+    repos_root = Path(cfg.repos.root)
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
-    manifest = Manifest(stage=STAGE, params={"agent": section}, inputs=[*args.tasks, args.tokenizer],
+    manifest = Manifest(stage=STAGE, params={"agent": as_dict(section)}, inputs=[*args.tasks, args.tokenizer],
                         code=__name__)
     kept, dropped, unscanned = [], [], []
     with manifest.timed("oracle"):
         for task in tqdm(tasks, desc="oracle", unit="task", dynamic_ncols=True):
             rec = oracle_episode(task, sandbox, tokenizer, section, repos_root=repos_root,
-                                 test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+                                 test_timeout_s=float(cfg.sandbox.test_timeout_s))
             if rec is None:
                 unscanned.append(task["instance_id"])
             else:

@@ -3,8 +3,8 @@
 Two kinds of terminal reward (`reward.kind`):
 
 - `terminal`: 1.0 if the episode's outcome is `resolved`, else 0.0.
-- `shaped` (SWE-Master's shaping by termination type): `success` (+1.0) when resolved,
-  `timeout` (-0.5) for the outcomes listed in `timeout_outcomes` (default: timeout and
+- `shaped` (SWE-Master's shaping by termination type): `success` (params.yaml: +1.0) when
+  resolved, `timeout` (-0.5) for the outcomes listed in `timeout_outcomes` (timeout and
   context_exceeded), `failure` (-0.2) for every other outcome (failed, step_limit, invalid),
   then minus the step penalty min(steps * step_penalty_per_step, step_penalty_cap)
   (0.01 a step, capped at 0.3: SWE-Master's min(steps/100, 0.3)), for every outcome.
@@ -19,33 +19,17 @@ them all in the returns (0 turns them off).
 A step's reward in `step_rewards` = process_weight * its process reward, plus the terminal
 reward on the last step. `token_rewards` puts each step's reward on the last generated token of
 its turn (what a token-level PPO/GAE consumes); every other token gets 0.
+
+`cfg` is the config's `agent.reward` (forgeline.params.RewardConfig).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from forgeline.params import ProcessWeightsConfig, RewardConfig
+
 OUTCOMES = ("resolved", "failed", "timeout", "context_exceeded", "invalid", "step_limit")
 LABELS = ("well_formed_call", "command_ran", "no_error", "tests_improved")
-
-REWARD_DEFAULTS: dict[str, Any] = {
-    "kind": "shaped",
-    "success": 1.0,
-    "failure": -0.2,
-    "timeout": -0.5,
-    "timeout_outcomes": ["timeout", "context_exceeded"],
-    "step_penalty_per_step": 0.01,
-    "step_penalty_cap": 0.3,
-    "process_weight": 1.0,
-    "process_weights": {"well_formed_call": 0.02, "command_ran": 0.01, "no_error": 0.01,
-                        "tests_improved": 0.05},
-}
-
-
-def _cfg(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    out = {**REWARD_DEFAULTS, **(cfg or {})}
-    out["process_weights"] = {**REWARD_DEFAULTS["process_weights"], **(out.get("process_weights") or {})}
-    return out
-
 
 def _outcome(episode: Mapping[str, Any]) -> str:
     outcome = episode.get("outcome")
@@ -60,45 +44,42 @@ def _steps(episode: Mapping[str, Any]) -> int:
     return int(stats.get("steps", len(episode.get("turns") or ())))
 
 
-def terminal_reward(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> float:
+def terminal_reward(episode: Mapping[str, Any], cfg: RewardConfig | None = None) -> float:
     """1.0 if the episode's outcome is `resolved`, else 0.0 (cfg unused, kept for symmetry)."""
     return 1.0 if _outcome(episode) == "resolved" else 0.0
 
 
-def step_penalty(steps: int, cfg: Mapping[str, Any] | None = None) -> float:
+def step_penalty(steps: int, cfg: RewardConfig) -> float:
     """min(steps * step_penalty_per_step, step_penalty_cap), >= 0 (steps = assistant turns)."""
-    c = _cfg(cfg)
-    return min(max(steps, 0) * float(c["step_penalty_per_step"]), float(c["step_penalty_cap"]))
+    return min(max(steps, 0) * float(cfg.step_penalty_per_step), float(cfg.step_penalty_cap))
 
 
-def shaped_reward(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> float:
+def shaped_reward(episode: Mapping[str, Any], cfg: RewardConfig) -> float:
     """SWE-Master shaping: success / timeout / failure value by outcome, minus the step penalty."""
-    c = _cfg(cfg)
     outcome = _outcome(episode)
     if outcome == "resolved":
-        base = float(c["success"])
-    elif outcome in c["timeout_outcomes"]:
-        base = float(c["timeout"])
+        base = float(cfg.success)
+    elif outcome in cfg.timeout_outcomes:
+        base = float(cfg.timeout)
     else:
-        base = float(c["failure"])
-    return base - step_penalty(_steps(episode), c)
+        base = float(cfg.failure)
+    return base - step_penalty(_steps(episode), cfg)
 
 
-def outcome_reward(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> float:
+def outcome_reward(episode: Mapping[str, Any], cfg: RewardConfig) -> float:
     """The terminal reward of `reward.kind`: `terminal` or `shaped`."""
-    c = _cfg(cfg)
-    if c["kind"] == "terminal":
-        return terminal_reward(episode, c)
-    if c["kind"] == "shaped":
-        return shaped_reward(episode, c)
-    raise ValueError(f"reward.kind={c['kind']!r}: expected 'terminal' or 'shaped'")
+    if cfg.kind == "terminal":
+        return terminal_reward(episode, cfg)
+    if cfg.kind == "shaped":
+        return shaped_reward(episode, cfg)
+    raise ValueError(f"reward.kind={cfg.kind!r}: expected 'terminal' or 'shaped'")
 
 
-def process_reward(labels: Mapping[str, bool | None], weights: Mapping[str, float] | None = None) -> float:
-    """sum(weight * (+1 True, -1 False, 0 None)) over the labels that have a weight."""
-    w = {**REWARD_DEFAULTS["process_weights"], **(weights or {})}
+def process_reward(labels: Mapping[str, bool | None], weights: ProcessWeightsConfig) -> float:
+    """sum(weight * (+1 True, -1 False, 0 None)) over the labeled kinds (LABELS)."""
     total = 0.0
-    for name, weight in sorted(w.items()):
+    for name in sorted(LABELS):
+        weight = getattr(weights, name)
         value = labels.get(name)
         if value is True:
             total += float(weight)
@@ -107,27 +88,25 @@ def process_reward(labels: Mapping[str, bool | None], weights: Mapping[str, floa
     return round(total, 10)
 
 
-def step_rewards(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> list[float]:
+def step_rewards(episode: Mapping[str, Any], cfg: RewardConfig) -> list[float]:
     """One reward per assistant turn: process_weight * process reward (recomputed from the
     turn's labels with cfg's weights), plus the terminal reward on the last turn. An episode
     with no turn gives []."""
-    c = _cfg(cfg)
     turns: Sequence[Mapping[str, Any]] = episode.get("turns") or ()
-    rewards = [float(c["process_weight"]) * process_reward(t.get("labels") or {}, c["process_weights"])
+    rewards = [float(cfg.process_weight) * process_reward(t.get("labels") or {}, cfg.process_weights)
                for t in turns]
     if rewards:
-        rewards[-1] += outcome_reward(episode, c)
+        rewards[-1] += outcome_reward(episode, cfg)
     return rewards
 
 
-def episode_return(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> float:
+def episode_return(episode: Mapping[str, Any], cfg: RewardConfig) -> float:
     """The undiscounted return: terminal reward + process_weight * sum of process rewards."""
-    c = _cfg(cfg)
-    rewards = step_rewards(episode, c)
-    return sum(rewards) if rewards else outcome_reward(episode, c)
+    rewards = step_rewards(episode, cfg)
+    return sum(rewards) if rewards else outcome_reward(episode, cfg)
 
 
-def token_rewards(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = None) -> list[float]:
+def token_rewards(episode: Mapping[str, Any], cfg: RewardConfig) -> list[float]:
     """Rewards aligned with `episode["tokens"]`: each turn's step reward on the last token of
     its generated span (`turns[i]["span"]` = [start, end) into tokens), 0 elsewhere."""
     out = [0.0] * len(episode.get("tokens") or ())
@@ -138,7 +117,7 @@ def token_rewards(episode: Mapping[str, Any], cfg: Mapping[str, Any] | None = No
     return out
 
 
-def summarize(episodes: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any] | None = None) -> dict:
+def summarize(episodes: Sequence[Mapping[str, Any]], cfg: RewardConfig) -> dict:
     """Counts per outcome, resolved rate, mean return and mean steps of a set of episodes."""
     counts = {o: 0 for o in OUTCOMES}
     for ep in episodes:

@@ -41,11 +41,11 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import (Episode, agent_config, config_digest, effective_context_limit,
-                                     task_env)
+from forgeline.agent.episode import Episode, config_digest, effective_context_limit, task_env
 from forgeline.agent.rewards import summarize
 from forgeline.policy.engine import Engine, add_engine_arguments, open_engine
-from forgeline.policy.serve import serving_config
+from forgeline.config import as_dict
+from forgeline.params import AgentConfig
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
@@ -102,20 +102,20 @@ class RecordFile:
         self._f.close()
 
 
-def rollout_key(cfg: Mapping[str, Any], policy: str) -> str:
+def rollout_key(cfg: AgentConfig, policy: str) -> str:
     """What a record file's records must agree on: the agent config and the policy name."""
     return f"{policy}:{config_digest(cfg)}"
 
 
 def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sandbox: Sandbox,
-            cfg: Mapping[str, Any] | None = None, *, repos_root: str | Path | None = None,
+            cfg: AgentConfig, *, repos_root: str | Path | None = None,
             envs: Mapping[str, TaskEnv] | None = None, record_path: str | Path | None = None,
             tokenizer=None, policy: str = "policy", test_timeout_s: float = 120.0,
             progress: bool = True) -> list[dict]:
     """Run every (task, seed) pair; returns all records (resumed ones included), sorted by
     (instance_id, seed). `envs` ({repo: TaskEnv}) or `repos_root` locates the snapshots;
     `record_path` is the resumable JSONL (None: keep nothing on disk)."""
-    c = agent_config(cfg)
+    c = cfg
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
     if tok is None:
         raise ValueError("rollout needs the policy's tokenizer (tokenizer=, or an engine that has one)")
@@ -145,9 +145,9 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
             env_cache[repo] = task_env(task, repos_root)
         return env_cache[repo]
 
-    context_limit = effective_context_limit(engine, c["context_limit"])
-    concurrency = max(1, int(c["rollout"]["concurrency"]))
-    per_episode = c["rollout"]["seeding"] == "episode"
+    context_limit = effective_context_limit(engine, c.context_limit)
+    concurrency = max(1, int(c.rollout.concurrency))
+    per_episode = c.rollout.seeding == "episode"
     records = dict(done)
     sink = RecordFile(record_path, list(done.values())) if record_path is not None else None
     bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
@@ -203,8 +203,8 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                     gens = [f.result() for f in futs]
                 else:
                     seed = derive_seed(0, "batch", *[f"{ep.key[0]}:{ep.key[1]}:{ep.steps}" for ep, _ in prompts])
-                    gens = engine.generate([p for _, p in prompts], int(c["max_new_tokens"]),
-                                           float(c["temperature"]), float(c["top_p"]), seed=seed)
+                    gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens),
+                                           float(c.temperature), float(c.top_p), seed=seed)
                     dt = (time.monotonic() - t0) / len(prompts)
                     for ep, _ in prompts:
                         ep.timing["generate_s"] += dt
@@ -249,25 +249,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    c = agent_config(cfg.data.get("agent"))
+    c = cfg.agent
     torch.set_num_threads(max(1, args.threads))
-    serving = serving_config(cfg.data.get("serving"))
-    with open_engine(args, serving, seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, loaded):
+    serving = cfg.serving
+    with open_engine(args, serving, seed=stage_seed(cfg.seed, STAGE)) as (engine, name, loaded):
         tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
-        seeds = sample_seeds(int(cfg["seed"]), args.samples)
+        seeds = sample_seeds(cfg.seed, args.samples)
         pairs = [(t, s) for t in tasks for s in seeds]
         out = Path(args.out)
         partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
         inputs = [*args.tasks] + ([args.policy] if args.policy else [])
-        manifest = Manifest(stage=STAGE, params={"agent": c, "serving": serving}, seeds={"samples": seeds}, inputs=inputs,
+        manifest = Manifest(stage=STAGE, params={"agent": as_dict(c), "serving": as_dict(serving)}, seeds={"samples": seeds}, inputs=inputs,
                             code=__name__)
         with manifest.timed("rollout"):
-            records = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), c, repos_root=cfg["repos"]["root"],
-                              record_path=partial, policy=name,
-                              test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+            records = rollout(pairs, engine, get_sandbox(cfg.sandbox), c, repos_root=cfg.repos.root,
+                              record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
         write_jsonl(out, records)
         manifest.notes = {"policy": name, "engine": type(engine).__name__, "loaded": loaded, "pairs": len(pairs),
-                          "summary": summarize(records, c["reward"]),
+                          "summary": summarize(records, c.reward),
                           "ppo_valid": sum(r["ppo_valid"] for r in records)}
         manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
     partial.unlink(missing_ok=True)

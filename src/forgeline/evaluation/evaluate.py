@@ -27,24 +27,23 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.agent.episode import agent_config
-from forgeline.evaluation import evaluation_config
 from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.config import as_dict
 from forgeline.policy.engine import add_engine_arguments, open_engine
-from forgeline.policy.serve import serving_config
 from forgeline.provenance import Manifest, read_jsonl, write_jsonl
+from forgeline.params import EvaluationConfig
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import stage_seed
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.evaluate"
 
-def episode_seeds(ev: Mapping[str, Any], root_seed: int, panel: str | None = None) -> list[int]:
+def episode_seeds(ev: EvaluationConfig, root_seed: int, panel: str | None = None) -> list[int]:
     """The k episode seeds of a panel (k: `k_per_panel[panel]`, else `k`): explicit ones, else
     sample_seeds(root seed, k) (the same for every policy, which is what pairs the results)."""
-    if ev["seeds"] is not None:
-        return [int(s) for s in ev["seeds"]]
-    return sample_seeds(int(root_seed), int((ev["k_per_panel"] or {}).get(panel, ev["k"])))
+    if ev.seeds is not None:
+        return [int(s) for s in ev.seeds]
+    return sample_seeds(int(root_seed), int(ev.k_per_panel.get(panel, ev.k)))
 
 
 # -- pure -----------------------------------------------------------------------------------
@@ -96,31 +95,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    ev = evaluation_config(cfg.data.get("evaluation"))
-    a = agent_config(cfg.data.get("agent"))
-    torch.set_num_threads(max(1, int(ev["threads"])))
+    ev, a = cfg.evaluation, cfg.agent
+    torch.set_num_threads(max(1, int(ev.threads)))
     panel = args.panel or Path(args.tasks[0]).name.split(".")[0]
-    seeds = episode_seeds(ev, int(cfg["seed"]), panel)
+    seeds = episode_seeds(ev, cfg.seed, panel)
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
     ids = [t["instance_id"] for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"panel {panel}: duplicate instance_id in {args.tasks}")
-    serving = serving_config(cfg.data.get("serving"))
-    with open_engine(args, serving, str(ev["dtype"]), seed=stage_seed(int(cfg["seed"]), STAGE)) as (engine, name, loaded):
+    serving = cfg.serving
+    with open_engine(args, serving, str(ev.dtype), seed=stage_seed(cfg.seed, STAGE)) as (engine, name, loaded):
         out = Path(args.out)
         episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
         partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
         # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
         inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
-        manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev["seeds"], "dtype": ev["dtype"]},
-                                                 "agent": a, "serving": serving},
+        manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev.seeds, "dtype": ev.dtype},
+                                                 "agent": as_dict(a), "serving": as_dict(serving)},
                             seeds={"episodes": seeds}, inputs=inputs, code=__name__)
         pairs = [(t, s) for t in tasks for s in seeds]
         log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
         with manifest.timed("rollout"):
-            episodes = rollout(pairs, engine, get_sandbox(cfg["sandbox"]), a, repos_root=cfg["repos"]["root"],
-                               record_path=partial, policy=name,
-                               test_timeout_s=float(cfg["sandbox"]["test_timeout_s"]))
+            episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), a, repos_root=cfg.repos.root,
+                               record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
         results = task_results(episodes, name, panel)
         write_jsonl(out, results)
         write_jsonl(episodes_path, episodes)

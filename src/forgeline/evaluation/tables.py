@@ -22,7 +22,6 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.evaluation import evaluation_config
 from forgeline.evaluation.stats import (mcnemar_exact_p, mean, paired_outcomes, ratio, significant,
                                         success_summary, task_level_test, verdict)
 from forgeline.provenance import Manifest, read_jsonl, write_json, write_text
@@ -249,9 +248,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    ev = evaluation_config(cfg.data.get("evaluation"))
-    base = args.base or ev["base"]
-    alpha, confidence = float(ev["alpha"]), float(ev["confidence"])
+    ev = cfg.evaluation
+    base = args.base or ev.base
+    alpha, confidence = float(ev.alpha), float(ev.confidence)
     manifest = Manifest(stage=STAGE, params={"evaluation": {"base": base, "alpha": alpha, "confidence": confidence}},
                         inputs=list(args.results), code=__name__)
     files = {str(p): read_jsonl(p) for p in args.results}

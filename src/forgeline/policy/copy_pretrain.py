@@ -19,7 +19,7 @@ has never seen), in three phases:
    code, where `self`, `.` and `(` are everywhere. Held-out accuracy on such sequences rose
    from 30% to 64% in 400 steps, and the edit turn after SFT from 84% to 89% of its tokens.
 
-Pure parts: `repeat_batch`, `recall_sequence`/`recall_batch`, `copy_loss`, `copy_config`.
+Pure parts: `repeat_batch`, `recall_sequence`/`recall_batch`, `copy_loss`.
 `pretrain` trains a model in place; `plot_curve` draws its curve.
 """
 from __future__ import annotations
@@ -30,18 +30,9 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
+from forgeline.config import as_dict, build
+from forgeline.params import CopyConfig
 from forgeline.plots import figure, save_png
-
-COPY_DEFAULTS: dict[str, Any] = {
-    "repeat": {"steps": 0, "batch": 64, "prefix": [5, 20], "span": [8, 20], "until_accuracy": None},
-    "recall": {"steps": 0, "batch": 16, "length": 256, "gap": [4, 40], "span": [4, 16]},
-    "match": {"steps": 0, "batch": 8, "length": 512, "gap": [4, 40], "span": [4, 16], "pool": 24},
-    "lr": 3.0e-3,            # AdamW learning rate after warm-up (constant)
-    "warmup_steps": 20,      # linear warm-up
-    "grad_clip": 1.0,        # max global gradient norm
-    "log_every": 50,         # steps between curve points
-}
-
 
 def _tensors(rows: Sequence[tuple[list[int], list[int]]], pad_id: int, ignore: int):
     import torch
@@ -114,59 +105,56 @@ def copy_loss(logits, labels, ignore: int = -100):
 PHASES = ("repeat", "recall", "match")
 
 
-def copy_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    """COPY_DEFAULTS overlaid with `cfg` (the phases key by key)."""
-    cfg = dict(cfg or {})
-    out = {**COPY_DEFAULTS, **cfg}
-    for phase in PHASES:
-        out[phase] = {**COPY_DEFAULTS[phase], **cfg.get(phase, {})}
-    return out
+def copy_config(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's `policy.init.copy` mapping (complete: the schema requires every key) as
+    plain data; for rules/evaluation.smk, which reads each phase's steps at parse time."""
+    return as_dict(build(CopyConfig, section, "policy.init.copy"))
 
 
-def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], seed: int,
+def pretrain(model, ids: Sequence[int], sep_id: int, cfg: CopyConfig, seed: int,
              progress: bool = True) -> list[dict]:
-    """Train `model` in place: cfg['repeat']['steps'] steps of `repeat_batch`es (fewer if a
-    curve point reaches cfg['repeat']['until_accuracy']: when the circuit forms varies with
-    the seed, 450-1,000+ steps at 5,120 ids, and recall only works on top of a formed one),
-    then cfg['recall']['steps'] of `recall_batch`es, then cfg['match']['steps'] of them with a
-    small id pool per sequence, one AdamW throughout. Returns the curve
+    """Train `model` in place (`cfg`: the config's `policy.init.copy`): cfg.repeat.steps steps
+    of `repeat_batch`es (fewer if a curve point reaches cfg.repeat.until_accuracy: when the
+    circuit forms varies with the seed, 450-1,000+ steps at 5,120 ids, and recall only works on
+    top of a formed one), then cfg.recall.steps of `recall_batch`es, then cfg.match.steps of
+    them with a small id pool per sequence, one AdamW throughout. Returns the curve
     [{phase, step, loss, copy_accuracy, lr}] every `log_every` steps and at each phase's end
     (loss and accuracy averaged over the steps since the previous point; chance loss is
     ln(len(ids))). Deterministic for the same inputs and seed."""
     import torch
 
-    c = copy_config(cfg)
-    total = sum(int(c[phase]["steps"]) for phase in PHASES)
+    c = cfg
+    total = sum(int(getattr(c, phase).steps) for phase in PHASES)
     if total == 0:
         return []
     torch.manual_seed(seed)
     rng = random.Random(f"copy:{seed}")
-    opt = torch.optim.AdamW(model.parameters(), lr=float(c["lr"]), betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=float(c.lr), betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
     curve: list[dict] = []
     step = 0
     bar = tqdm(total=total, desc="copy pre-training", unit="step", dynamic_ncols=True, disable=not progress)
     for phase in PHASES:
-        p = c[phase]
+        p = getattr(c, phase)
         window: list[tuple[float, float]] = []
-        for i in range(1, int(p["steps"]) + 1):
+        for i in range(1, int(p.steps) + 1):
             step += 1
-            lr = float(c["lr"]) * min(1.0, step / max(int(c["warmup_steps"]), 1))
+            lr = float(c.lr) * min(1.0, step / max(int(c.warmup_steps), 1))
             for g in opt.param_groups:
                 g["lr"] = lr
             if phase == "repeat":
-                x, y = repeat_batch(rng, ids, sep_id, int(p["batch"]), p["prefix"], p["span"])
+                x, y = repeat_batch(rng, ids, sep_id, int(p.batch), p.prefix, p.span)
             else:
-                x, y = recall_batch(rng, ids, int(p["batch"]), int(p["length"]), p["gap"], p["span"],
-                                    p.get("pool"))
+                x, y = recall_batch(rng, ids, int(p.batch), int(p.length), p.gap, p.span,
+                                    getattr(p, "pool", None))
             loss, acc = copy_loss(model(input_ids=x).logits, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), float(c["grad_clip"]))
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float(c.grad_clip))
             opt.step()
             window.append((float(loss.detach()), acc))
             bar.update(1)
-            if step % int(c["log_every"]) and i < int(p["steps"]):
+            if step % int(c.log_every) and i < int(p.steps):
                 continue
             curve.append({"phase": phase, "step": step,
                           "loss": round(sum(w[0] for w in window) / len(window), 4),
@@ -174,8 +162,9 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: Mapping[str, Any], see
             window = []
             bar.set_postfix(phase=phase, loss=f"{curve[-1]['loss']:.2f}",
                             copy=f"{curve[-1]['copy_accuracy']:.0%}", chance=f"{math.log(len(ids)):.2f}")
-            if p.get("until_accuracy") is not None and curve[-1]["copy_accuracy"] >= float(p["until_accuracy"]):
-                bar.total -= int(p["steps"]) - i
+            until = getattr(p, "until_accuracy", None)
+            if until is not None and curve[-1]["copy_accuracy"] >= float(until):
+                bar.total -= int(p.steps) - i
                 break
     bar.close()
     model.eval()

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from forgeline.params import ServingConfig
 from forgeline.seeds import derive_seed
 
 log = logging.getLogger(__name__)
@@ -427,15 +428,15 @@ def engine_from_args(args: argparse.Namespace, kind: str, dtype: str = "float32"
 
 
 @contextlib.contextmanager
-def open_engine(args: argparse.Namespace, serving: Mapping[str, Any], dtype: str = "float32", seed: int = 0):
-    """`with open_engine(args, serving_config(cfg["serving"])) as (engine, name, loaded):` the
+def open_engine(args: argparse.Namespace, serving: ServingConfig, dtype: str = "float32", seed: int = 0):
+    """`with open_engine(args, cfg.serving) as (engine, name, loaded):` the
     engine a generating stage runs, chosen by --engine, else --base-url (openai), else
     `serving.engine`. Engine vllm starts a server on 127.0.0.1 for the block (seeded with `seed`)
     and stops it after, also on errors; a PEFT adapter is served on its base with the adapter
     loaded at run time, as PPO does."""
-    kind = args.engine or ("openai" if args.base_url else serving["engine"])
+    kind = args.engine or ("openai" if args.base_url else serving.engine)
     if kind == "openai" and not args.base_url:
-        args.base_url, args.model = serving["base_url"], args.model or serving["served_model"]
+        args.base_url, args.model = serving.base_url, args.model or serving.served_model
         args.tokenizer = args.tokenizer or args.policy
     if kind != "vllm":
         yield engine_from_args(args, kind, dtype)
@@ -450,8 +451,8 @@ def open_engine(args: argparse.Namespace, serving: Mapping[str, Any], dtype: str
     model = adapter_base(json.loads((Path(args.policy) / ADAPTER_CONFIG).read_text(encoding="utf-8")),
                          args.base) if adapter else args.policy
     name = args.name or Path(args.policy).name
-    options = serve_options(serving["vllm"], seed, enable_lora=adapter)
-    server = VLLMServer(model, "base", options, startup_timeout_s=float(serving["vllm"]["startup_timeout_s"]))
+    options = serve_options(serving.vllm, seed, enable_lora=adapter)
+    server = VLLMServer(model, "base", options, startup_timeout_s=float(serving.vllm.startup_timeout_s))
     with server as url:
         engine = OpenAIEngine(url, "base", tokenizer=AutoTokenizer.from_pretrained(model))
         if adapter:

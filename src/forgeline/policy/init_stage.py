@@ -90,7 +90,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     counts = parameter_count(model)
     log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
              f"{counts['non_embedding']:,}")
-    copy_cfg = copy_pretrain.copy_config(section.get("copy"))
+    copy_cfg = cfg.policy.init.copy
     with manifest.timed("copy_pretrain"):
         torch.use_deterministic_algorithms(True)
         ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]

@@ -41,6 +41,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from forgeline.params import VllmConfig
+
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
@@ -179,40 +181,13 @@ class ServeOptions:
     """anything else for the server, appended verbatim (e.g. ("--enforce-eager",))."""
 
 
-# The config section `serving`: how every stage that generates (difficulty, offline rollouts,
-# PPO, evaluation) runs the policy.
-SERVING_DEFAULTS: dict = {
-    "engine": "hf",           # hf (in-process) | vllm (the stage starts and stops a server) | openai
-    "base_url": None,         # engine openai: a server already running
-    "served_model": None,     # engine openai: its model name (an adapter's name for a PEFT policy)
-    "vllm": {                 # engine vllm: ServeOptions
-        "dtype": "float32", "kv_cache_gib": 1.0, "max_model_len": None, "chunked_prefill": False,
-        "max_num_batched_tokens": None, "max_lora_rank": 32, "startup_timeout_s": 900.0,
-        "extra_args": [],
-    },
-}
-ENGINES = ("hf", "vllm", "openai")
-
-
-def serving_config(section: Mapping | None = None) -> dict:
-    """SERVING_DEFAULTS overlaid by the config's `serving` section, checked."""
-    from forgeline.config import with_defaults
-
-    out = with_defaults(SERVING_DEFAULTS, section, "serving")
-    if out["engine"] not in ENGINES:
-        raise ValueError(f"serving.engine={out['engine']!r}: expected one of {', '.join(ENGINES)}")
-    if out["engine"] == "openai" and not (out["base_url"] and out["served_model"]):
-        raise ValueError("serving.engine openai needs serving.base_url and serving.served_model")
-    return out
-
-
-def serve_options(vllm: Mapping, seed: int = 0, enable_lora: bool = False) -> ServeOptions:
-    """ServeOptions from the `serving.vllm` section."""
-    return ServeOptions(dtype=str(vllm["dtype"]), seed=int(seed), enable_lora=enable_lora,
-                        max_lora_rank=int(vllm["max_lora_rank"]), kv_cache_gib=float(vllm["kv_cache_gib"]),
-                        max_model_len=vllm["max_model_len"], chunked_prefill=bool(vllm["chunked_prefill"]),
-                        max_num_batched_tokens=vllm["max_num_batched_tokens"],
-                        extra_args=tuple(vllm["extra_args"]))
+def serve_options(vllm: VllmConfig, seed: int = 0, enable_lora: bool = False) -> ServeOptions:
+    """ServeOptions from the config's `serving.vllm`."""
+    return ServeOptions(dtype=str(vllm.dtype), seed=int(seed), enable_lora=enable_lora,
+                        max_lora_rank=int(vllm.max_lora_rank), kv_cache_gib=float(vllm.kv_cache_gib),
+                        max_model_len=vllm.max_model_len, chunked_prefill=bool(vllm.chunked_prefill),
+                        max_num_batched_tokens=vllm.max_num_batched_tokens,
+                        extra_args=tuple(vllm.extra_args))
 
 
 def load_lora_adapter(engine, name: str, path: Path | str, previous: str | None = None) -> None:

@@ -25,11 +25,9 @@ record {repo, commit, tag, image_id, base_image, build_input_digest, wheels, tes
 (wheels: [{name, version, file, sha256}]); rebuilding unchanged inputs rewrites the same bytes,
 so nothing downstream reruns.
 
-Config (`sandbox.docker.base_image`, defaults in BASE_IMAGE_DEFAULTS):
-    source: mmdebstrap | pull
-    suite: bookworm                       # mmdebstrap; also names the Python/glibc wheels are for
-    packages: [python3, python3-pytest, python3-pip, git]
-    ref: null                             # pull only: "REGISTRY/NAME@sha256:<64 hex>"
+Config: `sandbox.docker.base_image` (forgeline.params.BaseImageConfig): `source` mmdebstrap
+(built offline from Debian `suite` with `packages`; the suite also names the Python and glibc
+the wheels are fetched for) or pull (`ref`, REGISTRY/NAME@sha256:<64 hex>).
 """
 from __future__ import annotations
 
@@ -49,8 +47,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
+from forgeline.config import as_dict
+from forgeline.params import BaseImageConfig
 from forgeline.provenance import Manifest, canonical_json, sha256_bytes, sha256_file, write_json
 from forgeline.sandbox.base import SandboxError, TaskEnv
 from forgeline.sandbox.engine import connect
@@ -60,10 +60,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DOCKERFILE = Path("envs/repo.Dockerfile")
 DEFAULT_CACHE_DIR = Path(".forgeline")
-BASE_IMAGE_DEFAULTS: dict[str, Any] = {
-    "source": "mmdebstrap", "suite": "bookworm",
-    "packages": ["python3", "python3-pytest", "python3-pip", "git"], "ref": None,
-}
 # A snapshot's pinned test dependencies (pip requirements format, every line `==` + hashes).
 LOCK_FILE = "forgeline-requirements.txt"
 # What the base image's Python is, per Debian suite: the wheels fetched for it must fit.
@@ -82,14 +78,10 @@ DEFAULT_REGISTRY = "127.0.0.1:5000"
 
 # -- pure helpers --------------------------------------------------------------------------
 
-def base_image_section(sandbox_section: dict) -> dict | None:
-    """`sandbox.docker.base_image` of the config, or None (the defaults) when it is not set."""
-    return ((sandbox_section or {}).get("docker") or {}).get("base_image")
-
-
-def base_spec(section: dict | None) -> dict:
-    """The base-image section of the config with defaults filled in; checks its shape."""
-    spec = {**BASE_IMAGE_DEFAULTS, **(section or {})}
+def base_spec(section: BaseImageConfig | Mapping[str, Any]) -> dict:
+    """The config's `sandbox.docker.base_image` as plain data, packages sorted; checks its shape
+    (a mapping from elsewhere than the loaded config has not met the schema)."""
+    spec = as_dict(section)
     spec["packages"] = sorted(set(spec["packages"]))
     if spec["source"] not in ("mmdebstrap", "pull"):
         raise SandboxError(f"sandbox.docker.base_image.source: {spec['source']!r} is not one of "
@@ -310,8 +302,8 @@ def _pip_download(pins: list[Pin], target: dict, cache: Path, pip: list[str] | N
                 os.replace(path, cache / path.name)
 
 
-def wheel_site(snapshot_root: Path, cache_dir: Path = DEFAULT_CACHE_DIR,
-               base_section: dict | None = None) -> Path | None:
+def wheel_site(snapshot_root: Path, cache_dir: Path = DEFAULT_CACHE_DIR, *,
+               base_section: BaseImageConfig | Mapping[str, Any]) -> Path | None:
     """For the process backend: the snapshot's pinned wheels unpacked into one folder to put on
     PYTHONPATH (what the image installs with pip: unpacking IS a wheel's install, less its
     scripts and metadata checks), under `cache_dir/wheels/site-<key>/`; None without a lock file."""
@@ -401,9 +393,10 @@ def build_base_tar(spec: dict, cache_dir: Path) -> Path:
     return tar
 
 
-def ensure_base_image(client, section: dict | None = None,
+def ensure_base_image(client, section: BaseImageConfig | Mapping[str, Any],
                       cache_dir: Path = DEFAULT_CACHE_DIR) -> tuple[str, str]:
-    """(reference, image id) of the base image, importing or pulling it if the engine lacks it."""
+    """(reference, image id) of the base image `section` (the config's sandbox.docker.base_image)
+    describes, importing or pulling it if the engine lacks it."""
     from docker.errors import ImageNotFound
     spec = base_spec(section)
     if spec["source"] == "pull":
@@ -457,8 +450,8 @@ def testbed_head(client, image_ref: str) -> str:
 
 
 def build_repo_image(client, env: TaskEnv, dockerfile_text: str, base: tuple[str, str],
-                     cache_dir: Path = DEFAULT_CACHE_DIR,
-                     base_section: dict | None = None) -> tuple[dict, bool]:
+                     cache_dir: Path = DEFAULT_CACHE_DIR, *,
+                     base_section: BaseImageConfig | Mapping[str, Any]) -> tuple[dict, bool]:
     """Build (or reuse) the image `env.image` of the snapshot `env.source`; returns (record,
     built_now).
 
@@ -546,18 +539,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = base_image_section(cfg.section("sandbox"))
+    section = cfg.sandbox.docker.base_image
     manifest = Manifest("image", params={"sandbox.docker.base_image": base_spec(section)},
                         code=__name__)
     try:
-        env = snapshot_env(cfg.section("repos.root"), args.repo)
+        env = snapshot_env(cfg.repos.root, args.repo)
         dockerfile_text = args.dockerfile.read_text(encoding="utf-8")
         client = connect()
         with manifest.timed("base_image"):
             base = ensure_base_image(client, section, args.cache_dir)
         with manifest.timed("build"):
-            record, built = build_repo_image(client, env, dockerfile_text, base,
-                                             args.cache_dir, section)
+            record, built = build_repo_image(client, env, dockerfile_text, base, args.cache_dir,
+                                             base_section=section)
     except SandboxError as exc:
         log.error("%s", exc)
         raise SystemExit(1) from None
@@ -570,6 +563,6 @@ def run(cfg, args: argparse.Namespace) -> None:
     manifest.write(args.manifest, outputs=[args.out])
 
 
-__all__ = ["BASE_IMAGE_DEFAULTS", "LOCK_FILE", "Pin", "Wheel", "build_input_digest", "build_repo_image",
+__all__ = ["LOCK_FILE", "Pin", "Wheel", "build_input_digest", "build_repo_image",
            "context_tar", "ensure_base_image", "fetch_wheels", "image_record",
            "pull", "push", "read_lock", "snapshot_lock", "wheel_site", "wheel_target"]

@@ -48,7 +48,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from forgeline.config import ConfigError
+from forgeline.config import ConfigError, as_dict
 from forgeline.provenance import (Manifest, atomic_dir, atomic_path, canonical_json,
                                   sha256_bytes, sha256_file, write_json, write_jsonl,
                                   write_text)
@@ -67,8 +67,6 @@ SWE_SMITH_FIELDS = ("instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PAS
 EXTRA_COLUMN = "forgeline"
 HF_DIR, JSONL_DIR, DATA_DIR = "hf", "swe-smith", "data"
 CARD, EXPERIMENT_JSON = "README.md", "experiment.json"
-DEFAULTS = {"license": "unknown", "pretty_name": "forgeline frozen split",
-            "task_categories": ["text-generation"], "tags": ["swe-smith", "code"]}
 SPLIT_ORDER = ("train", "val", "test")
 _SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]*")  # also what `datasets` accepts as a split name
 
@@ -345,8 +343,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = {**DEFAULTS, **(cfg.data.get("tasks", {}).get("export") or {})}
-    backend = cfg.section("sandbox.backend")
+    section = as_dict(cfg.tasks.export)
+    backend = cfg.sandbox.backend
     manifest = Manifest(stage="export-dataset", params={"tasks.export": section,
                                                         "sandbox.backend": backend},
                         code=__name__)

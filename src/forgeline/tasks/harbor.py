@@ -49,6 +49,7 @@ from forgeline.config import ConfigError
 from forgeline.provenance import Manifest, atomic_path, canonical_json, sha256_bytes
 from forgeline.sandbox import grading
 from forgeline.sandbox.grading import is_test_path
+from forgeline.params import SandboxConfig
 from forgeline.sandbox.images import base_spec
 from forgeline.sandbox.snapshot import snapshot_files
 from forgeline.sandbox.verify import FORBIDDEN_NAMES, file_names, split_diff
@@ -121,20 +122,19 @@ class ExportSettings:
         return float(self.test_timeout_s) + VERIFIER_MARGIN_S
 
 
-def settings_from_config(sandbox: dict, agent_timeout_s: float = AGENT_TIMEOUT_S) -> ExportSettings:
-    """ExportSettings from the `sandbox` section of the config.
+def settings_from_config(sandbox: SandboxConfig, agent_timeout_s: float = AGENT_TIMEOUT_S) -> ExportSettings:
+    """ExportSettings from the config's `sandbox`.
 
     The Dockerfile's default base: the pulled base image by digest (base_image.source: pull),
     else Debian's `<suite>-slim` image plus the same Debian packages the mmdebstrap base has.
     """
-    docker = (sandbox or {}).get("docker") or {}
-    spec = base_spec(docker.get("base_image"))
+    spec = base_spec(sandbox.docker.base_image)
     base = spec["ref"] if spec["source"] == "pull" else f"debian:{spec['suite']}-slim"
-    cpus = docker.get("cpus", 1.0)
+    cpus = sandbox.docker.cpus
     if isinstance(cpus, float) and cpus.is_integer():
         cpus = int(cpus)  # Harbor normalises 1.0 to 1 too
-    return ExportSettings(cpus=cpus, memory_mb=int(docker.get("memory_mb", 1024)),
-                          test_timeout_s=float(sandbox.get("test_timeout_s", 120)),
+    return ExportSettings(cpus=cpus, memory_mb=int(sandbox.docker.memory_mb),
+                          test_timeout_s=float(sandbox.test_timeout_s),
                           agent_timeout_s=float(agent_timeout_s), base_image=base,
                           packages=tuple(spec["packages"]))
 
@@ -436,13 +436,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    repos_root = Path(cfg.section("repos.root"))
-    sandbox = cfg.section("sandbox")
-    settings = settings_from_config(sandbox, args.agent_timeout_sec)
+    repos_root = Path(cfg.repos.root)
+    settings = settings_from_config(cfg.sandbox, args.agent_timeout_sec)
     params = {"repos.root": str(repos_root), "sandbox.test_timeout_s": settings.test_timeout_s,
               "sandbox.docker": {"cpus": settings.cpus, "memory_mb": settings.memory_mb,
-                                 "base_image": base_spec(((sandbox or {}).get("docker") or {})
-                                                         .get("base_image"))},
+                                 "base_image": base_spec(cfg.sandbox.docker.base_image)},
               "agent_timeout_sec": settings.agent_timeout_s}
     manifest = Manifest(stage="harbor", params=params, code=__name__)
     out_dir = Path(args.out_dir)

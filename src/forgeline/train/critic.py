@@ -35,11 +35,10 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import OUTCOMES, token_rewards
-from forgeline.config import with_defaults
+from forgeline.config import as_dict
+from forgeline.params import AdapterConfig, CriticConfig, RewardConfig
 from forgeline.plots import figure, save_png
-from forgeline.policy.model import LORA_TARGET_MODULES
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
                                   write_json)
 from forgeline.seeds import stage_seed
@@ -48,41 +47,6 @@ from forgeline.train import rl
 log = logging.getLogger(__name__)
 STAGE = "train.critic"
 CRITIC_CONFIG = "critic_config.json"
-
-DEFAULTS: dict[str, Any] = {
-    "gamma": 1.0,               # discount per action token in the targets
-    "lam": 1.0,                 # lambda of the lambda-return targets (V = 0 here: discount gamma*lam)
-    "split": {"train": 0.7, "val": 0.15, "test": 0.15},  # task fractions, hash-ranked by instance_id
-    "max_seq_len": 4096,        # tokens; longer episodes are dropped (reason too_long)
-    "epochs": 6,                # passes over the train episodes
-    "tokens_per_batch": 8192,   # padded tokens per optimizer step (batch x longest episode)
-    "lr": 1.0e-3,               # AdamW learning rate (after warm-up; constant)
-    "warmup_steps": 5,          # linear warm-up steps
-    "weight_decay": 0.0,        # AdamW weight decay (not on norms/biases)
-    "betas": [0.9, 0.95],       # AdamW betas
-    "grad_clip": 1.0,           # max global gradient norm
-    "mode": "full",             # full (fine-tune the backbone) | lora (frozen backbone + adapter)
-    "lora": {                   # used when mode is lora
-        "r": 8,                 # adapter rank
-        "alpha": 16,            # lora_alpha (scale alpha / r)
-        "dropout": 0.0,         # lora_dropout
-        "target_modules": list(LORA_TARGET_MODULES),
-    },
-    "threads": 1,               # torch threads (a shared machine: 1)
-}
-
-
-def critic_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """DEFAULTS overlaid by `section` (the config's `train.critic`); unknown keys are an error."""
-    c = with_defaults(DEFAULTS, section, "train.critic")
-    if c["mode"] not in ("full", "lora"):
-        raise ValueError(f"train.critic.mode={c['mode']!r}: expected full or lora")
-    fr = c["split"]
-    if set(fr) != {"train", "val", "test"} or any(float(v) < 0 for v in fr.values()) \
-            or abs(sum(float(v) for v in fr.values()) - 1.0) > 1e-6:
-        raise ValueError(f"train.critic.split={fr}: train/val/test fractions >= 0 summing to 1")
-    return c
-
 
 # -- data ------------------------------------------------------------------------------------
 
@@ -125,7 +89,7 @@ def filter_records(records: Sequence[Mapping[str, Any]], max_seq_len: int
     return kept, dropped
 
 
-def critic_example(record: Mapping[str, Any], reward_cfg: Mapping[str, Any], gamma: float, lam: float
+def critic_example(record: Mapping[str, Any], reward_cfg: RewardConfig, gamma: float, lam: float
                    ) -> dict[str, Any]:
     """{key, task, tokens, positions, targets} of one record: `positions` are the model output
     positions (i - 1 for each action token i >= 1), `targets` the lambda-returns of the
@@ -208,15 +172,15 @@ def _value_model_class():
     return ValueModel
 
 
-def lora_config(lora: Mapping[str, Any], task_type: str | None = None):
-    """A PEFT LoraConfig from a {r, alpha, dropout, target_modules} mapping."""
+def lora_config(lora: AdapterConfig, task_type: str | None = None):
+    """A PEFT LoraConfig from the config's adapter section (r, alpha, dropout, target_modules)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), lora_dropout=float(lora["dropout"]),
-                      target_modules=list(lora["target_modules"]), bias="none", task_type=task_type)
+    return LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=float(lora.dropout),
+                      target_modules=list(lora.target_modules), bias="none", task_type=task_type)
 
 
-def value_model(backbone, init_value: float = 0.0, mode: str = "full", lora: Mapping[str, Any] | None = None,
+def value_model(backbone, init_value: float = 0.0, mode: str = "full", lora: AdapterConfig | None = None,
                 seed: int = 0):
     """A ValueModel around `backbone` (a Qwen3Model): head weight 0, bias `init_value`; with
     mode lora the backbone is frozen and wrapped with a PEFT adapter (initialised from `seed`)."""
@@ -235,7 +199,7 @@ def value_model(backbone, init_value: float = 0.0, mode: str = "full", lora: Map
 
 
 def init_value_model(policy_dir: str | Path, init_value: float = 0.0, mode: str = "full",
-                     lora: Mapping[str, Any] | None = None, seed: int = 0):
+                     lora: AdapterConfig | None = None, seed: int = 0):
     """A ValueModel whose backbone is the policy folder's (AutoModelForCausalLM without its
     LM head)."""
     import torch
@@ -267,7 +231,7 @@ def save_value_model(model, out: str | Path, extra: Mapping[str, Any] | None = N
     return [out / "model.safetensors", out / "config.json", out / CRITIC_CONFIG]
 
 
-def load_value_model(path: str | Path, mode: str = "full", lora: Mapping[str, Any] | None = None, seed: int = 0):
+def load_value_model(path: str | Path, mode: str = "full", lora: AdapterConfig | None = None, seed: int = 0):
     """A saved value model (save_value_model's folder); with mode lora, a fresh adapter is
     put on the loaded (frozen) backbone."""
     import torch
@@ -354,9 +318,9 @@ def mean_target(examples: Sequence[Mapping[str, Any]]) -> float:
 
 
 def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mapping[str, Any]],
-                 cfg: Mapping[str, Any], seed: int, pad_id: int, progress: bool = True
+                 cfg: CriticConfig, seed: int, pad_id: int, progress: bool = True
                  ) -> tuple[list[dict], int, dict]:
-    """Train `model` on `train` for cfg epochs; after each epoch score train and val. Returns
+    """Train `model` on `train` for cfg.epochs (`cfg`: the config's train.critic); after each epoch score train and val. Returns
     (epochs [{epoch, train_mse, train_ev, val_mse, val_ev}], chosen epoch (lowest val MSE;
     without val examples the last), the chosen epoch's state_dict). Deterministic."""
     import torch
@@ -367,19 +331,19 @@ def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mappin
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2 and "norm" not in n]
     ids_decay = {id(p) for p in decay}
     no_decay = [p for p in params if id(p) not in ids_decay]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg["weight_decay"])},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg.weight_decay)},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=float(cfg["lr"]), betas=tuple(cfg["betas"]), eps=1e-8)
+                            lr=float(cfg.lr), betas=tuple(cfg.betas), eps=1e-8)
     lengths = [len(e["tokens"]) for e in train]
-    tpb = int(cfg["tokens_per_batch"])
+    tpb = int(cfg.tokens_per_batch)
     epochs: list[dict] = []
     best: tuple[float, int, dict] | None = None
     step = 0
-    bar = tqdm(total=int(cfg["epochs"]), desc="critic", unit="epoch", disable=not progress)
-    for epoch in range(1, int(cfg["epochs"]) + 1):
+    bar = tqdm(total=int(cfg.epochs), desc="critic", unit="epoch", disable=not progress)
+    for epoch in range(1, int(cfg.epochs) + 1):
         model.train()
         for idx in token_batches(lengths, tpb, seed, epoch):
-            lr = float(cfg["lr"]) * min(1.0, (step + 1) / max(int(cfg["warmup_steps"]), 1))
+            lr = float(cfg.lr) * min(1.0, (step + 1) / max(int(cfg.warmup_steps), 1))
             for g in opt.param_groups:
                 g["lr"] = lr
             ids, att, tgt, tmask = collate_values([train[i] for i in idx], pad_id)
@@ -387,7 +351,7 @@ def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mappin
             loss = rl.masked_mean((values - tgt) ** 2, tmask)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, float(cfg["grad_clip"]))
+            torch.nn.utils.clip_grad_norm_(params, float(cfg.grad_clip))
             opt.step()
             step += 1
         tr = score(predict(model, train, pad_id, tpb), train)
@@ -440,19 +404,18 @@ def run(cfg, args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    c = critic_config(cfg.data.get("train", {}).get("critic"))
-    reward_cfg = agent_config(cfg.data.get("agent"))["reward"]
-    torch.set_num_threads(max(1, int(c["threads"])))
-    seed = stage_seed(int(cfg["seed"]), STAGE)
-    manifest = Manifest(stage=STAGE, params={"train.critic": c, "agent.reward": reward_cfg},
+    c, reward_cfg = cfg.train.critic, cfg.agent.reward
+    torch.set_num_threads(max(1, int(c.threads)))
+    seed = stage_seed(cfg.seed, STAGE)
+    manifest = Manifest(stage=STAGE, params={"train.critic": as_dict(c), "agent.reward": as_dict(reward_cfg)},
                         seeds={"critic": seed}, inputs=[args.policy, *args.episodes],
                         code=__name__)
     with manifest.timed("data"):
         records = sorted((r for f in args.episodes for r in read_jsonl(f)),
                          key=lambda r: (r["instance_id"], int(r["seed"])))
-        kept, dropped = filter_records(records, int(c["max_seq_len"]))
-        examples = [critic_example(r, reward_cfg, float(c["gamma"]), float(c["lam"])) for r in kept]
-        split = split_tasks([e["task"] for e in examples], c["split"], seed)
+        kept, dropped = filter_records(records, int(c.max_seq_len))
+        examples = [critic_example(r, reward_cfg, float(c.gamma), float(c.lam)) for r in kept]
+        split = split_tasks([e["task"] for e in examples], as_dict(c.split), seed)
         parts = {name: [e for e in examples if e["task"] in set(ids)] for name, ids in split.items()}
     log.info("critic data: %d episodes kept of %d (dropped %s); tasks train/val/test %d/%d/%d",
              len(kept), len(records), dropped, *(len(split[k]) for k in ("train", "val", "test")))
@@ -460,11 +423,11 @@ def run(cfg, args: argparse.Namespace) -> None:
         raise SystemExit("no critic training episodes (all dropped, or too few tasks for the split)")
     pad_id = AutoTokenizer.from_pretrained(args.policy).pad_token_id or 0
     base = mean_target(parts["train"])
-    model = init_value_model(args.policy, base, c["mode"], c["lora"], seed)
+    model = init_value_model(args.policy, base, c.mode, c.lora, seed)
     with manifest.timed("train"):
         epochs, chosen, state = train_critic(model, parts["train"], parts["val"], c, seed, pad_id)
     model.load_state_dict(state)
-    tpb = int(c["tokens_per_batch"])
+    tpb = int(c.tokens_per_batch)
     val = score(predict(model, parts["val"], pad_id, tpb), parts["val"]) if parts["val"] else \
         {"mse": float("nan"), "ev": float("nan")}
     test = score(predict(model, parts["test"], pad_id, tpb), parts["test"]) if parts["test"] else \
@@ -482,7 +445,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     out = Path(args.out)
     with atomic_dir(out, owned=(MANIFEST_NAME, CRITIC_CONFIG)) as tmp:
         with manifest.timed("save"):
-            save_value_model(model, tmp, {"mode": c["mode"], "source_policy": str(args.policy),
+            save_value_model(model, tmp, {"mode": c.mode, "source_policy": str(args.policy),
                                           "chosen_epoch": chosen, "baseline_value": base})
             write_json(tmp / "metrics.json", metrics)
             plot_learning_curve(epochs, chosen, baseline_mse(parts["val"], base), tmp / "learning_curve.png")

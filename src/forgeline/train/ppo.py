@@ -46,19 +46,19 @@ import random
 import re
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import agent_config
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
-from forgeline.config import with_defaults
+from forgeline.config import as_dict
+from forgeline.params import AdapterConfig, AgentConfig, BasePolicyConfig, PPOConfig, RewardConfig
 from forgeline.plots import figure, save_png
 from forgeline.policy.engine import HFEngine, OpenAIEngine
-from forgeline.policy.model import LORA_TARGET_MODULES
-from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options, serving_config
+from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl,
                                   sha256_file, write_json)
 from forgeline.sandbox import get_sandbox
@@ -71,56 +71,6 @@ STAGE = "train.ppo"
 GATES = ("outcome", "labels", "trajectory", "alignment")
 TRAIN_LOG = "train_log.jsonl"
 SUMMARY = "checkpoint-summary.json"
-
-DEFAULTS: dict[str, Any] = {
-    "steps": 50,                # PPO steps
-    "tasks_per_step": 8,        # B: tasks sampled from the train pool per step (real scale: 32)
-    "samples_per_task": 1,      # episodes per sampled task and step
-    "gamma": 1.0,               # discount per action token
-    "lam": 0.95,                # GAE lambda
-    "clip_ratio": 0.2,          # PPO ratio clip epsilon
-    "value_clip": 0.2,          # value clip around the values before the critic updates (0 = off)
-    "kl_mode": "loss",          # loss (kl_coef x KL in the actor loss) | penalty (in the rewards) | none
-    "kl_coef": 0.01,            # weight of the KL to the base policy (adapter disabled)
-    "kl_estimator": "k3",       # k1 | k2 | k3 (Schulman); penalty mode always uses k1 per token
-    "entropy_coef": 0.001,      # entropy bonus weight
-    "whiten_advantages": True,  # advantages -> zero mean, unit variance over the step's action tokens
-    "ppo_epochs": 1,            # actor passes over the step's episodes
-    "minibatches": 1,           # optimizer steps per pass (episodes split evenly, seeded order)
-    "critic_updates": 2,        # critic passes per step, before GAE is recomputed
-    "actor_lr": 3.0e-4,         # AdamW lr of the adapter (constant)
-    "critic_lr": 1.0e-4,        # AdamW lr of the critic (constant)
-    "betas": [0.9, 0.95],       # AdamW betas (both optimizers)
-    "weight_decay": 0.0,        # AdamW weight decay (both)
-    "grad_clip": 1.0,           # max global gradient norm (each optimizer)
-    "lora": {                   # the actor's adapter
-        "r": 8,                 # rank (real scale: 32)
-        "alpha": 16,            # lora_alpha (real scale: 16)
-        "dropout": 0.0,         # lora_dropout
-        "target_modules": list(LORA_TARGET_MODULES),  # the 7 projections of every layer
-    },
-    "critic_mode": "full",      # full (train all critic weights) | lora (frozen critic + adapter)
-    "critic_lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": list(LORA_TARGET_MODULES)},
-    "checkpoint_every": 5,      # steps between checkpoints (the last step always gets one)
-    "keep_checkpoints": 2,      # newest checkpoints kept (0 = all)
-    "threads": 1,               # torch threads per process
-}
-
-
-def ppo_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """DEFAULTS overlaid by `section` (the config's `train.ppo`); unknown keys are an error."""
-    c = with_defaults(DEFAULTS, section, "train.ppo")
-    if c["kl_mode"] not in ("loss", "penalty", "none"):
-        raise ValueError(f"train.ppo.kl_mode={c['kl_mode']!r}: expected loss, penalty or none")
-    if c["kl_estimator"] not in ("k1", "k2", "k3"):
-        raise ValueError(f"train.ppo.kl_estimator={c['kl_estimator']!r}: expected k1, k2 or k3")
-    if c["critic_mode"] not in ("full", "lora"):
-        raise ValueError(f"train.ppo.critic_mode={c['critic_mode']!r}: expected full or lora")
-    for key in ("steps", "tasks_per_step", "samples_per_task", "ppo_epochs", "minibatches", "checkpoint_every"):
-        if int(c[key]) < 1:
-            raise ValueError(f"train.ppo.{key}={c[key]}: expected >= 1")
-    return c
-
 
 # -- episodes -> samples (pure) ----------------------------------------------------------------
 
@@ -149,7 +99,7 @@ def failed_gate(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def episode_sample(record: Mapping[str, Any], index: int, reward_cfg: Mapping[str, Any]) -> dict[str, Any]:
+def episode_sample(record: Mapping[str, Any], index: int, reward_cfg: RewardConfig) -> dict[str, Any]:
     """What training needs of an episode record (small enough to send between processes):
     index (slot in the step), key, task, resolved, gate (None = kept), and for kept ones tokens,
     action_mask, per-token rewards and the episode return."""
@@ -268,7 +218,7 @@ class GenerationClock:
 
 # -- the trainer -------------------------------------------------------------------------------
 
-def make_actor(base, lora: Mapping[str, Any], seed: int):
+def make_actor(base, lora: AdapterConfig, seed: int):
     """base + a fresh PEFT LoRA adapter (A initialised from `seed`, B = 0: starts AS the base)."""
     import torch
     from peft import get_peft_model
@@ -286,7 +236,7 @@ class PPOTrainer:
     softmax(logits / temperature), the distribution the tokens were drawn from, so every
     log-prob, the KL and the entropy are of that (as verl does); at 1 the plain softmax."""
 
-    def __init__(self, actor, critic, cfg: Mapping[str, Any], seed: int, rank: int = 0, world: int = 1,
+    def __init__(self, actor, critic, cfg: PPOConfig, seed: int, rank: int = 0, world: int = 1,
                  device=None, temperature: float = 1.0):
         import torch
 
@@ -298,11 +248,11 @@ class PPOTrainer:
         self.device = device or torch.device("cpu")
         self.actor_params = trainable_parameters(actor)
         self.critic_params = trainable_parameters(critic)
-        betas = tuple(cfg["betas"])
-        self.actor_opt = torch.optim.AdamW(self.actor_params, lr=float(cfg["actor_lr"]), betas=betas,
-                                           eps=1e-8, weight_decay=float(cfg["weight_decay"]))
-        self.critic_opt = torch.optim.AdamW(self.critic_params, lr=float(cfg["critic_lr"]), betas=betas,
-                                            eps=1e-8, weight_decay=float(cfg["weight_decay"]))
+        betas = tuple(cfg.betas)
+        self.actor_opt = torch.optim.AdamW(self.actor_params, lr=float(cfg.actor_lr), betas=betas,
+                                           eps=1e-8, weight_decay=float(cfg.weight_decay))
+        self.critic_opt = torch.optim.AdamW(self.critic_params, lr=float(cfg.critic_lr), betas=betas,
+                                            eps=1e-8, weight_decay=float(cfg.weight_decay))
 
     # -- state ------------------------------------------------------------------------------
 
@@ -411,31 +361,31 @@ class PPOTrainer:
         old_lp = [a.to(self.device) for a, _ in lps]
         ref_lp = [b.to(self.device) for _, b in lps]
         rewards = [t["rewards"] for t in tensors]
-        if c["kl_mode"] == "penalty":  # per-token KL penalty in the reward (k1, as in InstructGPT)
-            rewards = [r - float(c["kl_coef"]) * rl.kl_estimate(o, f, "k1") for r, o, f in zip(rewards, old_lp, ref_lp)]
-        gae = lambda r, v: rl.gae(r, v, torch.ones_like(r), float(c["gamma"]), float(c["lam"]))  # noqa: E731
+        if c.kl_mode == "penalty":  # per-token KL penalty in the reward (k1, as in InstructGPT)
+            rewards = [r - float(c.kl_coef) * rl.kl_estimate(o, f, "k1") for r, o, f in zip(rewards, old_lp, ref_lp)]
+        gae = lambda r, v: rl.gae(r, v, torch.ones_like(r), float(c.gamma), float(c.lam))  # noqa: E731
         returns = [gae(r, v)[1] for r, v in zip(rewards, old_values)]
         all_v, all_r = torch.cat(old_values), torch.cat(returns)
         ev = rl.explained_variance(all_v, all_r)
-        kl = float(torch.cat([rl.kl_estimate(o, f, c["kl_estimator"]) for o, f in zip(old_lp, ref_lp)]).mean())
+        kl = float(torch.cat([rl.kl_estimate(o, f, c.kl_estimator) for o, f in zip(old_lp, ref_lp)]).mean())
 
         # critic: `critic_updates` passes of the clipped value loss
         self.critic.train()
         v_losses = []
-        for k in range(int(c["critic_updates"])):
-            for mb in minibatches(n, int(c["minibatches"]), self.seed, step, "critic", k):
+        for k in range(int(c.critic_updates)):
+            for mb in minibatches(n, int(c.minibatches), self.seed, step, "critic", k):
                 count = float(sum(len(tensors[i]["pos"]) for i in mb))
                 self.critic_opt.zero_grad(set_to_none=True)
                 local = torch.zeros(1, dtype=torch.float64, device=self.device)  # NCCL reduces device tensors
                 for i in self._owned(mb):
                     self._seed(step, "critic", k, i)
                     loss, _ = rl.value_loss(self._values(tensors[i]), old_values[i], returns[i],
-                                            torch.ones_like(returns[i]), float(c["value_clip"]), count)
+                                            torch.ones_like(returns[i]), float(c.value_clip), count)
                     loss.backward()
                     local += float(loss.detach())
                 self._allreduce_grads(self.critic_params)
                 _allreduce_([local], self.world)
-                torch.nn.utils.clip_grad_norm_(self.critic_params, float(c["grad_clip"]))
+                torch.nn.utils.clip_grad_norm_(self.critic_params, float(c.grad_clip))
                 self.critic_opt.step()
                 v_losses.append(float(local))
         # GAE again, with the updated critic
@@ -444,7 +394,7 @@ class PPOTrainer:
             new_values = [v.to(self.device) for v in
                           self._shared_forward(samples, tensors, lambda i: self._values(tensors[i]).cpu())]
         adv = [gae(r, v)[0] for r, v in zip(rewards, new_values)]
-        if c["whiten_advantages"]:
+        if c.whiten_advantages:
             flat = torch.cat(adv)
             mom = rl.masked_moments(flat, torch.ones_like(flat))
             adv = [rl.whiten(a, torch.ones_like(a), mom) for a in adv]
@@ -454,8 +404,8 @@ class PPOTrainer:
         t0 = time.perf_counter()
         self.actor.train()
         stats = torch.zeros(5, dtype=torch.float64, device=self.device)  # policy loss, clip frac, entropy, approx kl, minibatches
-        for epoch in range(int(c["ppo_epochs"])):
-            for mb in minibatches(n, int(c["minibatches"]), self.seed, step, "actor", epoch):
+        for epoch in range(int(c.ppo_epochs)):
+            for mb in minibatches(n, int(c.minibatches), self.seed, step, "actor", epoch):
                 count = float(sum(len(tensors[i]["pos"]) for i in mb))
                 self.actor_opt.zero_grad(set_to_none=True)
                 local = torch.zeros(5, dtype=torch.float64, device=self.device)
@@ -465,18 +415,18 @@ class PPOTrainer:
                     logits = self._actor_logits(t)
                     logp = rl.logprobs_from_logits(logits, t["target"])
                     ones = torch.ones_like(logp)
-                    pg, clip_frac, approx_kl = rl.policy_loss(logp, old_lp[i], adv[i], ones, float(c["clip_ratio"]), count)
+                    pg, clip_frac, approx_kl = rl.policy_loss(logp, old_lp[i], adv[i], ones, float(c.clip_ratio), count)
                     ent = rl.masked_mean(rl.entropy_from_logits(logits), ones, count)
-                    loss = pg - float(c["entropy_coef"]) * ent
-                    if c["kl_mode"] == "loss":
-                        loss = loss + float(c["kl_coef"]) * rl.masked_mean(
-                            rl.kl_estimate(logp, ref_lp[i], c["kl_estimator"]), ones, count)
+                    loss = pg - float(c.entropy_coef) * ent
+                    if c.kl_mode == "loss":
+                        loss = loss + float(c.kl_coef) * rl.masked_mean(
+                            rl.kl_estimate(logp, ref_lp[i], c.kl_estimator), ones, count)
                     loss.backward()
                     local += torch.tensor([float(pg.detach()), float(clip_frac), float(ent.detach()),
                                            float(approx_kl), 0.0], dtype=torch.float64, device=self.device)
                 self._allreduce_grads(self.actor_params)
                 _allreduce_([local], self.world)
-                torch.nn.utils.clip_grad_norm_(self.actor_params, float(c["grad_clip"]))
+                torch.nn.utils.clip_grad_norm_(self.actor_params, float(c.grad_clip))
                 self.actor_opt.step()
                 local[4] = 1.0
                 stats += local
@@ -547,12 +497,12 @@ def save_checkpoint(root: Path, step: int, trainer: PPOTrainer, rows: Sequence[M
     return path
 
 
-def run_fingerprint(c: Mapping[str, Any], agent: Mapping[str, Any], task_ids: Sequence[str],
+def run_fingerprint(c: PPOConfig, agent: AgentConfig, task_ids: Sequence[str],
                     inputs: Mapping[str, str]) -> str:
     """What a checkpoint must agree on to be resumed: the config (except steps and the
     checkpoint schedule), the agent config, the task pool and the input digests."""
     free = ("steps", "checkpoint_every", "keep_checkpoints", "threads")
-    text = canonical_json({"ppo": {k: v for k, v in c.items() if k not in free}, "agent": agent,
+    text = canonical_json({"ppo": {k: v for k, v in as_dict(c).items() if k not in free}, "agent": as_dict(agent),
                            "tasks": sorted(task_ids), "inputs": inputs})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -583,7 +533,7 @@ def checkpoint_summary(folder: Path, step: int) -> dict[str, Any]:
             "bytes": sum(f["bytes"] for f in files.values()), "files": files}
 
 
-def base_reference(policy: str | Path, base_section: Mapping[str, Any] | None) -> dict[str, Any]:
+def base_reference(policy: str | Path, base: BasePolicyConfig) -> dict[str, Any]:
     """What the adapter's config names as its base, so that PEFT's Auto classes
     (`AutoPeftModelForCausalLM.from_pretrained(adapter)`) find it from any working directory.
 
@@ -594,10 +544,8 @@ def base_reference(policy: str | Path, base_section: Mapping[str, Any] | None) -
     policy) is named by its absolute path in the checkout the stage ran in; elsewhere (a `dvc
     pull` into another folder) give the base explicitly (docs/ppo.md, "Loading the adapter").
     """
-    section = base_section or {}
-    hub = section.get("hub") or {}
-    if section.get("source") == "hub" and hub.get("repo_id"):
-        return {"base_model_name_or_path": hub["repo_id"], "revision": hub.get("revision")}
+    if base.source == "hub" and base.hub.repo_id:
+        return {"base_model_name_or_path": base.hub.repo_id, "revision": base.hub.revision}
     return {"base_model_name_or_path": os.path.abspath(policy), "revision": None}
 
 
@@ -667,7 +615,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer: PPOTrainer, engine, sandbox,
-             a: Mapping[str, Any], repos_root: Path, test_timeout_s: float, policy: str) -> dict[str, Any]:
+             a: AgentConfig, repos_root: Path, test_timeout_s: float, policy: str) -> dict[str, Any]:
     """One PPO step (see the module docstring); returns its train-log line."""
     import torch
 
@@ -685,7 +633,7 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
     # sandbox = the rest of the rollout: tool calls and verification not hidden behind generation
     t_gen = min(t_roll, clock.busy_s())
     # 3. rewards, gates; every process gets every sample
-    local = [episode_sample(r, index[(r["instance_id"], int(r["seed"]))], a["reward"]) for r in records]
+    local = [episode_sample(r, index[(r["instance_id"], int(r["seed"]))], a.reward) for r in records]
     samples = sorted((s for part in _gather(local, world) for s in part), key=lambda s: s["index"])
     kept = [s for s in samples if s["gate"] is None]
     times = torch.tensor([t_gen, t_roll - t_gen], dtype=torch.float64, device=trainer.device)
@@ -715,22 +663,22 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    serving = serving_config(cfg.data.get("serving"))
-    args.engine = "openai" if args.base_url else serving["engine"]
+    serving = cfg.serving
+    args.engine = "openai" if args.base_url else serving.engine
     try:
         with contextlib.ExitStack() as stack:
             if args.engine == "openai" and not args.base_url:
-                args.base_url, args.served_model = serving["base_url"], serving["served_model"]
+                args.base_url, args.served_model = serving.base_url, serving.served_model
             elif args.engine == "vllm":
                 if int(os.environ.get("WORLD_SIZE", "1")) > 1:
                     raise SystemExit("serving.engine vllm starts one server per process; under torchrun "
                                      "start one yourself and use engine openai (serving.base_url)")
                 # the base policy, with the adapter of each step loaded into it at run time
                 args.served_model = "base"
-                options = serve_options(serving["vllm"], stage_seed(int(cfg["seed"]), STAGE), enable_lora=True)
+                options = serve_options(serving.vllm, stage_seed(cfg.seed, STAGE), enable_lora=True)
                 args.base_url = stack.enter_context(VLLMServer(
                     args.policy, args.served_model, options,
-                    startup_timeout_s=float(serving["vllm"]["startup_timeout_s"])))
+                    startup_timeout_s=float(serving.vllm.startup_timeout_s)))
             _run(cfg, args)
     finally:
         import torch.distributed as dist
@@ -742,13 +690,13 @@ def _run(cfg, args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    c = ppo_config(cfg.data.get("train", {}).get("ppo"))
-    a = agent_config(cfg.data.get("agent"))
-    a["rollout"]["seeding"] = "episode"  # an episode = f(task, seed, weights): resume- and rank-proof
+    c = cfg.train.ppo
+    # an episode = f(task, seed, weights): resume- and rank-proof
+    a = replace(cfg.agent, rollout=replace(cfg.agent.rollout, seeding="episode"))
     rank, world, device = setup_distributed()
-    torch.set_num_threads(max(1, int(c["threads"])))
+    torch.set_num_threads(max(1, int(c.threads)))
     torch.use_deterministic_algorithms(True)
-    seed = stage_seed(int(cfg["seed"]), STAGE)
+    seed = stage_seed(cfg.seed, STAGE)
     out = Path(args.out)
     ckpt_root = Path(args.checkpoints) if args.checkpoints else out.with_name(out.name + "-checkpoints")
     tasks = {t["instance_id"]: t for f in args.tasks for t in read_jsonl(f)}
@@ -757,19 +705,19 @@ def _run(cfg, args: argparse.Namespace) -> None:
     fingerprint = run_fingerprint(c, a, task_ids, inputs)
     # one folder per (config, pool, inputs): an interrupted run resumes, a changed one starts afresh
     ckpt_root = ckpt_root / fingerprint[:16]
-    manifest = Manifest(stage=STAGE, params={"train.ppo": c, "agent": a,
-                                             "serving": serving_config(cfg.data.get("serving"))},
+    manifest = Manifest(stage=STAGE, params={"train.ppo": as_dict(c), "agent": as_dict(a),
+                                             "serving": as_dict(cfg.serving)},
                         seeds={"ppo": seed},
                         inputs=[args.policy, args.critic, *args.tasks], code=__name__)
 
     tokenizer = AutoTokenizer.from_pretrained(args.policy)
     base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).to(device)
-    actor = make_actor(base, c["lora"], seed)
-    critic = load_value_model(args.critic, c["critic_mode"], c["critic_lora"], seed).to(device)
-    if float(a["top_p"]) != 1.0:
-        raise SystemExit(f"agent.top_p is {a['top_p']}: PPO needs 1.0 (its log-probs are of the whole "
+    actor = make_actor(base, c.lora, seed)
+    critic = load_value_model(args.critic, c.critic_mode, c.critic_lora, seed).to(device)
+    if float(a.top_p) != 1.0:
+        raise SystemExit(f"agent.top_p is {a.top_p}: PPO needs 1.0 (its log-probs are of the whole "
                          "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
-    trainer = PPOTrainer(actor, critic, c, seed, rank, world, device, temperature=float(a["temperature"]))
+    trainer = PPOTrainer(actor, critic, c, seed, rank, world, device, temperature=float(a.temperature))
     rows: list[dict] = []
     start = 0
     latest = latest_checkpoint(ckpt_root)
@@ -791,9 +739,9 @@ def _run(cfg, args: argparse.Namespace) -> None:
         engine = OpenAIEngine(args.base_url, args.served_model, tokenizer=tokenizer)
     else:
         engine = HFEngine(actor, tokenizer)
-    sandbox = get_sandbox(cfg["sandbox"])
+    sandbox = get_sandbox(cfg.sandbox)
     served: str | None = None
-    steps = int(c["steps"])
+    steps = int(c.steps)
     bar = tqdm(range(start + 1, steps + 1), desc="ppo", unit="step", disable=rank != 0, initial=start, total=steps)
     with manifest.timed("train"):
         for step in bar:
@@ -804,22 +752,22 @@ def _run(cfg, args: argparse.Namespace) -> None:
                     load_lora_adapter(engine, f"{name}-ppo-{step}", live, served)
                 _barrier(world)
                 served = engine.model = f"{name}-ppo-{step}"
-            pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, step, seed, int(c["tasks_per_step"]),
-                                                              int(c["samples_per_task"]))]
-            row = run_step(step, pairs, trainer, engine, sandbox, a, Path(cfg["repos"]["root"]),
-                           float(cfg["sandbox"]["test_timeout_s"]), name)
+            pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, step, seed, int(c.tasks_per_step),
+                                                              int(c.samples_per_task))]
+            row = run_step(step, pairs, trainer, engine, sandbox, a, Path(cfg.repos.root),
+                           float(cfg.sandbox.test_timeout_s), name)
             rows.append(row)
             bar.set_postfix(reward=row["reward_mean"], success=row["success_rate"], kept=row["kept"])
-            if step % int(c["checkpoint_every"]) == 0 or step == steps:
+            if step % int(c.checkpoint_every) == 0 or step == steps:
                 if rank == 0:
-                    save_checkpoint(ckpt_root, step, trainer, rows, fingerprint, int(c["keep_checkpoints"]))
+                    save_checkpoint(ckpt_root, step, trainer, rows, fingerprint, int(c.keep_checkpoints))
                 _barrier(world)
             if args.stop_after and step >= args.stop_after:
                 log.info("stopping after step %d (--stop-after): no outputs written", step)
                 return
     if rank == 0:
         with atomic_dir(out, owned=(MANIFEST_NAME, "adapter_config.json")) as tmp:
-            save_adapter(actor, tmp, base_reference(args.policy, cfg.data.get("policy", {}).get("base")))
+            save_adapter(actor, tmp, base_reference(args.policy, cfg.policy.base))
             (tmp / TRAIN_LOG).write_text("".join(canonical_json(r) + "\n" for r in rows), encoding="utf-8")
             plot_log(rows, tmp)
             write_json(tmp / SUMMARY, checkpoint_summary(tmp, steps))

@@ -44,14 +44,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, agent_config, apply_edit,
+from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, apply_edit,
                                      tool_schemas,
                                      truncate)
 from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     _first_changed_line, find_function_command, fix_arguments,
                                     grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
                                     shown_path)
-from forgeline.config import with_defaults
+from forgeline.config import as_dict
+from forgeline.params import SftConfig
 from forgeline.plots import figure, save_png
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, render, tool_message
 from forgeline.policy.tokenizer import collect_corpus, portable_tokenizer_config, stdlib_dir
@@ -64,43 +65,6 @@ from forgeline.tasks.schema import repo_key
 
 log = logging.getLogger(__name__)
 STAGE = "train.sft"
-
-DEFAULTS: dict[str, Any] = {
-    "max_seq_len": 2048,        # tokens; longer examples are cut (their prefix kept)
-    "tokens_per_batch": 8192,   # padded tokens per optimizer step (batch x longest example)
-    "epochs": 2,                # passes over the data (max_steps > 0 caps the steps)
-    "max_steps": 0,             # optimizer steps (0 = epochs decide)
-    "lr": 1.0e-3,               # peak AdamW learning rate
-    "min_lr_ratio": 0.1,        # final lr = lr x this
-    "warmup_steps": 20,         # linear warm-up steps
-    "schedule": "cosine",       # cosine | linear decay after warm-up
-    "weight_decay": 0.01,
-    "betas": [0.9, 0.95],
-    "grad_clip": 1.0,           # max global gradient norm
-    "threads": 1,               # torch threads (a shared machine: 1)
-    "oracle_repeat": 2,         # each oracle episode appears this often per epoch
-    "synthetic": {
-        "examples": 400,        # synthetic mutation/fix conversations
-        "stdlib": True,         # draw sources from the interpreter's standard library
-        "repos": True,          # ... and from the SFT repositories' package code
-        "max_file_bytes": 16000,  # source files larger than this are not used
-        "max_lines": 30,        # lines of the function shown (the oracle's max_lines)
-        "per_file": 2,          # examples per source file at most
-        "rename": 0.0,          # share of examples whose function/folder/module get fresh names
-        "kinds": list(KINDS),   # mutation kinds
-        "max_guesses": 0,       # > 0: the fix reached by the scan, at most this many wrong edits first
-        "recovery": 0.0,        # share with a broken call (not trained on) and its error first
-    },
-}
-
-
-def sft_config(section: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """DEFAULTS overlaid by `section` (the config's `train.sft`); unknown keys are an error."""
-    out = with_defaults(DEFAULTS, section, "train.sft")
-    if out["schedule"] not in ("cosine", "linear"):
-        raise ValueError(f"train.sft.schedule={out['schedule']!r}: expected cosine or linear")
-    return out
-
 
 # -- examples -------------------------------------------------------------------------------
 
@@ -532,9 +496,9 @@ def lr_at(step: int, total: int, warmup: int, base: float, min_ratio: float, kin
     return base * (min_ratio + (1 - min_ratio) * decay)
 
 
-def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], seed: int,
+def train(model, examples: Sequence[Mapping[str, Any]], cfg: SftConfig, seed: int,
           pad_id: int, progress: bool = True) -> list[dict]:
-    """Train `model` in place on `examples` ({tokens, mask}); returns the loss curve
+    """Train `model` in place on `examples` ({tokens, mask}) as `cfg` (the config's train.sft) says; returns the loss curve
     [{step, epoch, loss, tokens, lr, grad_norm}]. Deterministic for the same inputs and seed
     (torch.manual_seed(seed), deterministic algorithms, seeded batch order)."""
     import torch
@@ -542,35 +506,35 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     lengths = [len(e["tokens"]) for e in examples]
-    epochs = int(cfg["epochs"])
-    plan = [(ep, b) for ep in range(epochs) for b in make_batches(lengths, int(cfg["tokens_per_batch"]), seed, ep)]
-    if int(cfg["max_steps"]) > 0:
+    epochs = int(cfg.epochs)
+    plan = [(ep, b) for ep in range(epochs) for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep)]
+    if int(cfg.max_steps) > 0:
         # more steps than the epochs give: keep drawing epochs
         ep = epochs
-        while len(plan) < int(cfg["max_steps"]):
-            plan += [(ep, b) for b in make_batches(lengths, int(cfg["tokens_per_batch"]), seed, ep)]
+        while len(plan) < int(cfg.max_steps):
+            plan += [(ep, b) for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep)]
             ep += 1
-        plan = plan[: int(cfg["max_steps"])]
+        plan = plan[: int(cfg.max_steps)]
     total = len(plan)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg["weight_decay"])},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(cfg.weight_decay)},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=float(cfg["lr"]), betas=tuple(cfg["betas"]), eps=1e-8)
+                            lr=float(cfg.lr), betas=tuple(cfg.betas), eps=1e-8)
     model.train()
     curve: list[dict] = []
     bar = tqdm(plan, desc="sft", unit="step", dynamic_ncols=True, disable=not progress)
     for step, (epoch, idx) in enumerate(bar):
-        lr = lr_at(step, total, int(cfg["warmup_steps"]), float(cfg["lr"]), float(cfg["min_lr_ratio"]),
-                   cfg["schedule"])
+        lr = lr_at(step, total, int(cfg.warmup_steps), float(cfg.lr), float(cfg.min_lr_ratio),
+                   cfg.schedule)
         for g in opt.param_groups:
             g["lr"] = lr
         ids, att, lmask = collate([examples[i] for i in idx], pad_id)
         loss, count = action_loss(model, ids, att, lmask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg.grad_clip))
         opt.step()
         curve.append({"step": step, "epoch": epoch, "loss": round(float(loss.detach()), 6), "tokens": count,
                       "examples": len(idx), "lr": lr, "grad_norm": round(float(norm), 6)})
@@ -621,14 +585,13 @@ def run(cfg, args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    c = sft_config(cfg.data.get("train", {}).get("sft"))
-    a = agent_config(cfg.data.get("agent"))
-    torch.set_num_threads(max(1, int(c["threads"])))
-    seed = stage_seed(int(cfg["seed"]), STAGE)
-    repos_root = Path(cfg["repos"]["root"])
-    sft_repos = sorted(cfg["repos"]["sft"])
-    forbidden = sorted(set(cfg["repos"].get("pool", [])) | set(cfg["repos"].get("panel", [])))
-    manifest = Manifest(stage=STAGE, params={"train.sft": c, "agent.tools": a["tools"]},
+    c, a = cfg.train.sft, cfg.agent
+    torch.set_num_threads(max(1, int(c.threads)))
+    seed = stage_seed(cfg.seed, STAGE)
+    repos_root = Path(cfg.repos.root)
+    sft_repos = sorted(cfg.repos.sft)
+    forbidden = sorted(set(cfg.repos.pool) | set(cfg.repos.panel))
+    manifest = Manifest(stage=STAGE, params={"train.sft": as_dict(c), "agent.tools": a.tools},
                         seeds={"sft": seed}, inputs=[args.init, *args.oracle],
                         code=__name__)
     tokenizer = AutoTokenizer.from_pretrained(args.init)
@@ -639,28 +602,28 @@ def run(cfg, args: argparse.Namespace) -> None:
         check_sft_repos(records, sft_repos, forbidden)
         records = sorted((r for r in records if r.get("outcome") == "resolved"),
                          key=lambda r: r["instance_id"])
-        examples = [example_from_record(r) for r in records] * max(1, int(c["oracle_repeat"]))
-        s = c["synthetic"]
-        tools = tool_schemas(a["tools"])
+        examples = [example_from_record(r) for r in records] * max(1, int(c.oracle_repeat))
+        s = c.synthetic
+        tools = tool_schemas(a.tools)
         synth: list = []
-        if int(s["examples"]) > 0:
-            files = synthetic_sources([repos_root / r for r in sft_repos], bool(s["stdlib"]),
-                                      bool(s["repos"]), int(s["max_file_bytes"]))
-            synth = synthetic_conversations(files, int(s["examples"]), seed, s["kinds"],
-                                            int(s["max_lines"]), int(s["per_file"]),
-                                            int(a["max_tool_output_chars"]), float(s["rename"]),
-                                            int(s["max_guesses"]), float(s["recovery"]), tools)
+        if int(s.examples) > 0:
+            files = synthetic_sources([repos_root / r for r in sft_repos], bool(s.stdlib),
+                                      bool(s.repos), int(s.max_file_bytes))
+            synth = synthetic_conversations(files, int(s.examples), seed, s.kinds,
+                                            int(s.max_lines), int(s.per_file),
+                                            int(a.max_tool_output_chars), float(s.rename),
+                                            int(s.max_guesses), float(s.recovery), tools)
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})
-        cut = [truncate_example(e, int(c["max_seq_len"])) for e in examples]
-        n_cut = sum(len(e["tokens"]) > int(c["max_seq_len"]) for e in examples)
+        cut = [truncate_example(e, int(c.max_seq_len)) for e in examples]
+        n_cut = sum(len(e["tokens"]) > int(c.max_seq_len) for e in examples)
         examples = [e for e in cut if e is not None]
     if not examples:
         raise SystemExit("no SFT examples (no resolved oracle episodes and no synthetic ones)")
     log.info("SFT data: %d oracle episodes (x%d), %d synthetic, %d cut to %d tokens; "
-             "%d tokens, %d action", len(records), int(c["oracle_repeat"]), len(synth), n_cut,
-             int(c["max_seq_len"]),
+             "%d tokens, %d action", len(records), int(c.oracle_repeat), len(synth), n_cut,
+             int(c.max_seq_len),
              sum(len(e["tokens"]) for e in examples), sum(sum(e["mask"]) for e in examples))
     t0 = time.process_time()
     with manifest.timed("train"):

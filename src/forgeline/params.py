@@ -1,0 +1,787 @@
+"""Every key of params.yaml as a typed field: one frozen dataclass per config section.
+
+Each field carries its type, its bounds (`spec`: the JSON Schema keywords the config is
+validated with, generated from these classes by `forgeline.config.json_schema`) and a one-line
+docstring saying what it means and in which unit. `forgeline.config.load` returns these
+(`cfg.train.ppo.lam`); stages read them, never the raw dict.
+
+Where a default lives: params.yaml is the embedded run's config and the only place its values
+are written. A key params.yaml sets has no default here (the field is required); a key it
+leaves out (a knob only another scale or an optional extra needs) has its default here, next to
+its docstring. tests/test_config.py holds that rule.
+
+Rules between keys that a JSON schema cannot state are a section's `problems()`: the loader
+reports them like schema errors, naming the file and line.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Literal
+
+MAX_SEED = 2**32 - 1  # numpy seeds are < 2**32
+
+# The procedural bug kinds (forgeline.tasks.mutations.KINDS) and the agent's tools
+# (forgeline.agent.episode.AGENT_TOOLS); tests/test_config.py checks both lists against those.
+Mutation = Literal["op_swap", "cmp_boundary", "bool_flip", "remove_stmt", "arg_swap", "const_change",
+                   "invert_if"]
+Tool = Literal["bash", "edit", "submit"]
+Outcome = Literal["resolved", "failed", "timeout", "context_exceeded", "invalid", "step_limit"]
+REPO_NAME = "^[A-Za-z0-9_.-]+$"
+COMMIT = "^[0-9a-f]{40}$"
+
+
+def spec(default: Any = MISSING, *, ge: float | None = None, gt: float | None = None,
+         le: float | None = None, lt: float | None = None, pattern: str | None = None,
+         min_items: int | None = None, max_items: int | None = None, unique: bool = False,
+         contains: Any = MISSING, min_chars: int | None = None, max_chars: int | None = None,
+         absent_if_none: bool = False) -> Any:
+    """A dataclass field with bounds. ge/gt/le/lt (>=, >, <=, <), `pattern` and min/max_chars
+    bound a number or a string: for a list, each item; for a mapping, each value. min/max_items,
+    `unique` and `contains` bound a list itself. `default`: only for a key params.yaml leaves
+    out. `absent_if_none`: None means the key is left out; null is not a value it takes."""
+    bounds = {"minimum": ge, "exclusiveMinimum": gt, "maximum": le, "exclusiveMaximum": lt,
+              "pattern": pattern, "minLength": min_chars, "maxLength": max_chars}
+    items = {"minItems": min_items, "maxItems": max_items, "uniqueItems": unique or None,
+             "contains": None if contains is MISSING else {"const": contains}}
+    metadata = {"bounds": {k: v for k, v in bounds.items() if v is not None},
+                "items": {k: v for k, v in items.items() if v is not None},
+                "absent_if_none": absent_if_none}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# -- repos -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ReposConfig:
+    """`repos`: the repository snapshots and the role of each."""
+
+    root: str
+    """folder with one snapshot per repository (package + tests/)"""
+    pool: list[str] = spec(pattern=REPO_NAME, min_items=1, unique=True)
+    """the RL task pool: its bugs are validated, filtered and split by repository"""
+    sft: list[str] = spec(pattern=REPO_NAME, unique=True)
+    """repositories for supervised training of the tiny base policy only (never RL or a panel)"""
+    panel: list[str] = spec(pattern=REPO_NAME, unique=True)
+    """a second evaluation panel of repositories used nowhere else"""
+
+
+# -- sandbox -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class BaseImageConfig:
+    """`sandbox.docker.base_image`: the image every repository image is built on."""
+
+    source: Literal["mmdebstrap", "pull"]
+    """mmdebstrap: built offline from Debian | pull: `ref`, by digest"""
+    suite: str
+    """the Debian suite; it also names the Python and glibc the pinned wheels are fetched for"""
+    packages: list[str]
+    """Debian packages in the image (pip installs a snapshot's pinned wheels)"""
+    ref: str | None = spec(pattern="^[^@]+@sha256:[0-9a-f]{64}$")
+    """for pull: REGISTRY/NAME@sha256:<64 hex>"""
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.source == "pull" and not self.ref:
+            return [("ref", "a pulled base image must be named by digest (NAME@sha256:<64 hex>), "
+                            "so every machine gets the same bytes")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerConfig:
+    """`sandbox.docker`: the limits of one task container."""
+
+    memory_mb: int = spec(ge=64)
+    """memory limit in MiB (memory + swap)"""
+    cpus: float = spec(gt=0)
+    """CPU limit (cores)"""
+    pids: int = spec(ge=16)
+    """process-count limit: fork bombs stop here"""
+    scratch_mb: int = spec(ge=16)
+    """size in MiB of the writable tmpfs mounts (/testbed, /tmp)"""
+    output_limit: int = spec(ge=1024)
+    """bytes of a command's output kept (head + tail)"""
+    warm: int = spec(ge=0)
+    """started spare containers kept per image"""
+    base_image: BaseImageConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxConfig:
+    """`sandbox`: where task code runs."""
+
+    backend: Literal["process", "docker"]
+    """docker: isolated containers | process: development only (no isolation but the network)"""
+    test_timeout_s: float = spec(gt=0)
+    """wall-time limit of one test run, seconds"""
+    docker: DockerConfig
+
+
+# -- tasks -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig:
+    """`tasks.generate`: the bug generator (procedural modifications, SWE-smith style)."""
+
+    max_per_repo: int = spec(ge=1)
+    """candidates kept per repository after the tests have run"""
+    max_tries_per_repo: int = spec(ge=1)
+    """mutations tried per repository (each costs one test run)"""
+    kinds: list[Mutation] = spec(min_items=1)
+    """the mutation kinds tried"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestHubConfig:
+    """`tasks.ingest.hub`: upstream SWE-smith on the hub (Parquet shards), read by ingest_extra."""
+
+    repo_id: str | None = spec(pattern="^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """the dataset repository, e.g. SWE-bench/SWE-smith (null: off)"""
+    revision: str | None = spec(pattern=COMMIT)
+    """the full 40-hex commit (a branch or tag moves, so it is refused)"""
+    allow_patterns: list[str] = spec(min_items=1, min_chars=1)
+    """the shards to fetch and read (hub glob patterns)"""
+    max_records: int | None = spec(ge=1)
+    """read at most this many rows over all shards, in file order (null: all)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    """`tasks.ingest`: SWE-smith-format records besides the generated bugs."""
+
+    extra_sources: list[str]
+    """SWE-smith-format files (JSONL, a JSON array or Parquet) to ingest"""
+    max_record_bytes: int = spec(ge=1024)
+    """a record larger than this is rejected, not parsed"""
+    hub: IngestHubConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """`tasks.validate`: the checks a candidate task must pass."""
+
+    gold_runs: int = spec(ge=1)
+    """runs of the gold fix; a test whose verdict flips between them is flaky"""
+    alignment: bool
+    """the problem/test alignment heuristic"""
+    strong_model: bool
+    """solve with a strong model first (needs an endpoint)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FractionsConfig:
+    """Shares of the train, val and test splits."""
+
+    train: float = spec(ge=0, le=1)
+    """share of the train split"""
+    val: float = spec(ge=0, le=1)
+    """share of the validation split"""
+    test: float = spec(ge=0, le=1)
+    """share of the test split"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """`tasks.split`: the repository-disjoint train/val/test split."""
+
+    fractions: FractionsConfig
+    seed: int = spec(ge=0, le=MAX_SEED)
+    """seed of the split"""
+    frozen_digest: str | None = spec(pattern="^[0-9a-f]{64}$")
+    """the semantic digest of a frozen split: a run that would change it fails (null: not frozen)"""
+    frozen_manifest: str | None
+    """a committed copy of the frozen split's split.json, to name each task that moved"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig:
+    """`tasks.export`: the dataset card of export-dataset."""
+
+    license: str = spec(pattern="^[a-z0-9][a-z0-9.+-]*$")
+    """the card's license id (hub ids: mit, apache-2.0, other, ...)"""
+    pretty_name: str = spec(min_chars=1, max_chars=200)
+    """the card's title"""
+    task_categories: list[str] = spec(pattern="^[a-z0-9][a-z0-9-]*$")
+    """hub task categories of the card"""
+    tags: list[str] = spec(pattern="^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """hub tags of the card"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DifficultyConfig:
+    """`tasks.difficulty`: pass@k of the base policy; keeps the tasks it solves sometimes."""
+
+    k: int = spec(ge=1)
+    """episodes per task (seeds shared with every later rollout: paired)"""
+    band: list[float] = spec(ge=0, le=1, min_items=2, max_items=2)
+    """keep tasks solved in lo..hi of the k episodes (fractions, inclusive)"""
+    max_tasks_per_repo: int = spec(ge=0)
+    """evaluate at most this many validated tasks per repository (0: all)"""
+    seeds: list[int] | None = spec(ge=0, le=MAX_SEED)
+    """explicit episode seeds, k of them (null: derived from the root seed)"""
+    threads: int = spec(ge=1)
+    """torch threads of the in-process engine"""
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        lo, hi = self.band
+        if not lo <= hi:
+            out.append(("band", f"{self.band}: expected lo <= hi"))
+        if self.seeds is not None and len(self.seeds) != self.k:
+            out.append(("seeds", f"{len(self.seeds)} seeds for k={self.k}"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TasksConfig:
+    """`tasks`: from repositories to a frozen split of validated tasks."""
+
+    generate: GenerateConfig
+    ingest: IngestConfig
+    validate: ValidateConfig
+    split: SplitConfig
+    export: ExportConfig
+    difficulty: DifficultyConfig
+
+
+# -- policy ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class HubModelConfig:
+    """`policy.base.hub`: a model on the hub at a pinned commit."""
+
+    repo_id: str | None
+    """the model repository, e.g. Kwai-Klear/Klear-AgentForge-8B-SFT"""
+    revision: str | None = spec(pattern=COMMIT)
+    """the full 40-hex commit (a branch or tag moves, so it is refused)"""
+    allow_patterns: list[str] | None
+    """files to fetch, e.g. ["*.json", "*.safetensors"] (null: all)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BasePolicyConfig:
+    """`policy.base`: the policy every RL stage starts from."""
+
+    source: Literal["sft", "hub"]
+    """sft: the tiny model after SFT (results/policy/sft) | hub: `hub`, copied to results/policy/hub"""
+    hub: HubModelConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerConfig:
+    """`policy.init.tokenizer`: the byte-level BPE trained on the SFT repositories and stdlib."""
+
+    vocab_size: int = spec(ge=300)
+    """total ids, the special tokens included"""
+    split: Literal["qwen", "words"]
+    """pre-split: words (a name is the same ids everywhere) | qwen (Qwen3's regex)"""
+    min_frequency: int = spec(ge=1)
+    """a pair seen fewer times is never merged"""
+    stdlib_max_bytes: int = spec(ge=0)
+    """bytes of standard-library source sampled into the corpus (0: repositories only)"""
+    max_file_bytes: int = spec(ge=1024)
+    """corpus files larger than this are skipped"""
+    model_max_length: int = spec(ge=128)
+    """the tokenizer's declared context, tokens"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """`policy.init.model`: the tiny base model (the Qwen3 architecture)."""
+
+    hidden_size: int = spec(ge=8)
+    """width"""
+    layers: int = spec(ge=1)
+    """decoder layers"""
+    heads: int = spec(ge=1)
+    """query heads"""
+    kv_heads: int = spec(ge=1)
+    """key/value heads (grouped-query attention)"""
+    head_dim: int = spec(ge=4)
+    """per-head width"""
+    intermediate: int = spec(ge=8)
+    """SwiGLU MLP width"""
+    max_position_embeddings: int = spec(ge=128)
+    """context length, tokens"""
+    rope_theta: float = spec(gt=0)
+    """RoPE base"""
+    embedding_std: float | None = spec(gt=0)
+    """init std of the tied embeddings (null: the architecture's initializer)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatPhaseConfig:
+    """`policy.init.copy.repeat`: prefix, span, <sep>, span; learns to emit what it attends to."""
+
+    steps: int = spec(ge=0)
+    """optimizer steps at most (0: skip)"""
+    until_accuracy: float | None = spec(ge=0, le=1)
+    """end at the first curve point copying this share (null: all steps)"""
+    batch: int = spec(ge=1)
+    """sequences per step"""
+    prefix: list[int] = spec(ge=0, min_items=2, max_items=2)
+    """random ids before the span (min, max)"""
+    span: list[int] = spec(ge=1, min_items=2, max_items=2)
+    """ids in the repeated span (min, max)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallPhaseConfig:
+    """`policy.init.copy.recall`: stretches recur at random distances; learns to find them."""
+
+    steps: int = spec(ge=0)
+    """optimizer steps (0: skip)"""
+    batch: int = spec(ge=1)
+    """sequences per step"""
+    length: int = spec(ge=8)
+    """ids per sequence"""
+    gap: list[int] = spec(ge=1, min_items=2, max_items=2)
+    """fresh random ids between two copies (min, max)"""
+    span: list[int] = spec(ge=2, min_items=2, max_items=2)
+    """ids per copy (min, max)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatchPhaseConfig:
+    """`policy.init.copy.match`: recall among few distinct ids: only the ids before tell which
+    occurrence continues."""
+
+    steps: int = spec(ge=0)
+    """optimizer steps (0: skip)"""
+    batch: int = spec(ge=1)
+    """sequences per step"""
+    length: int = spec(ge=8)
+    """ids per sequence"""
+    gap: list[int] = spec(ge=1, min_items=2, max_items=2)
+    """fresh ids between two copies (min, max)"""
+    span: list[int] = spec(ge=2, min_items=2, max_items=2)
+    """ids per copy (min, max)"""
+    pool: int | None = spec(ge=2)
+    """distinct ids per sequence, drawn anew for each (null: the whole vocabulary)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyConfig:
+    """`policy.init.copy`: copy pre-training on random ids (forgeline.policy.copy_pretrain)."""
+
+    repeat: RepeatPhaseConfig
+    recall: RecallPhaseConfig
+    match: MatchPhaseConfig
+    lr: float = spec(gt=0)
+    """AdamW learning rate, constant after warm-up"""
+    warmup_steps: int = spec(ge=0)
+    """linear warm-up steps"""
+    grad_clip: float = spec(gt=0)
+    """max global gradient norm"""
+    log_every: int = spec(ge=1)
+    """steps between points of copy_curve.json"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitConfig:
+    """`policy.init`: the tiny base model before SFT."""
+
+    tokenizer: TokenizerConfig
+    model: ModelConfig
+    copy: CopyConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """`policy`: the base policy and, when it is built here, the tiny model."""
+
+    base: BasePolicyConfig
+    init: InitConfig
+
+
+# -- agent -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+    """`agent.rollout`: how episodes are batched."""
+
+    concurrency: int = spec(ge=1)
+    """episodes (sandbox sessions) at once"""
+    seeding: Literal["batch", "episode"]
+    """batch: one batched generate per round | episode: one seeded generate per episode"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OracleConfig:
+    """`agent.oracle`: the scripted oracle's episodes (SFT data)."""
+
+    max_lines: int = spec(ge=1)
+    """lines of the function the oracle's grep shows"""
+    max_guesses: int = spec(ge=0)
+    """wrong candidate edits the scan may try before the fix (0: the fix right after the grep)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessWeightsConfig:
+    """`agent.reward.process_weights`: weight of each per-turn label (+1 true, -1 false)."""
+
+    well_formed_call: float = spec(ge=0, le=100)
+    """the turn is one well-formed tool call"""
+    command_ran: float = spec(ge=0, le=100)
+    """the command ran (exit code 0, in time)"""
+    no_error: float = spec(ge=0, le=100)
+    """its output shows no error"""
+    tests_improved: float = spec(ge=0, le=100)
+    """more FAIL_TO_PASS tests pass than ever before"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    """`agent.reward`: the terminal reward and the process rewards (forgeline.agent.rewards)."""
+
+    kind: Literal["terminal", "shaped"]
+    """terminal (1 resolved, else 0) | shaped (SWE-Master: by outcome, minus a step penalty)"""
+    success: float = spec(ge=-100, le=100)
+    """shaped: reward of a resolved episode"""
+    failure: float = spec(ge=-100, le=100)
+    """shaped: reward of a failed, step_limit or invalid episode"""
+    timeout: float = spec(ge=-100, le=100)
+    """shaped: reward of an episode whose outcome is in timeout_outcomes"""
+    timeout_outcomes: list[Outcome]
+    """outcomes that get the timeout reward"""
+    step_penalty_per_step: float = spec(ge=0)
+    """shaped: minus min(steps x this, step_penalty_cap)"""
+    step_penalty_cap: float = spec(ge=0)
+    """shaped: the largest step penalty"""
+    process_weight: float = spec(ge=0)
+    """scale of the process rewards in the returns (0: off)"""
+    process_weights: ProcessWeightsConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """`agent`: the tool-calling agent, the same protocol for the tiny and a real model."""
+
+    tools: list[Tool] = spec(contains="submit")
+    """tools offered (submit among them)"""
+    max_steps: int = spec(ge=1)
+    """assistant turns per episode"""
+    max_new_tokens: int = spec(ge=1)
+    """generated tokens per turn"""
+    max_total_tokens: int = spec(ge=0)
+    """budget of input + output tokens over the episode (0: none)"""
+    context_limit: int = spec(ge=64)
+    """prompt + max_new_tokens must fit (lowered to the model's context)"""
+    command_timeout_s: float = spec(gt=0)
+    """wall-time limit of one bash/edit command, seconds"""
+    wall_time_s: float = spec(gt=0)
+    """wall-time limit of an episode, seconds (-> outcome timeout)"""
+    max_tool_output_chars: int = spec(ge=64)
+    """a tool result is cut to this many characters (head + tail)"""
+    max_invalid_calls: int = spec(ge=1)
+    """turns in a row without a well-formed call -> outcome invalid"""
+    temperature: float = spec(ge=0)
+    """sampling temperature (PPO optimises softmax(logits / T), what it samples)"""
+    top_p: float = spec(gt=0, le=1)
+    """nucleus sampling (PPO refuses < 1: its log-probs are of the whole softmax)"""
+    normalize_pytest: bool
+    """drop pytest run times and progress padding from tool outputs"""
+    alignment: Literal["ids", "text"]
+    """what alignment_valid requires: text (the stored ids decode to the rendering) | ids"""
+    credit_unsubmitted: bool
+    """count a passing diff as resolved without submit"""
+    rollout: RolloutConfig
+    oracle: OracleConfig
+    reward: RewardConfig
+
+
+# -- serving -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class VllmConfig:
+    """`serving.vllm`: the server a stage starts (forgeline.policy.serve.ServeOptions)."""
+
+    dtype: Literal["float32", "bfloat16", "float16", "auto"]
+    """weights and activations dtype"""
+    kv_cache_gib: float = spec(gt=0)
+    """KV cache size on CPU, GiB (a GPU build sizes its own)"""
+    max_model_len: int | None = spec(ge=64)
+    """context in tokens (null: the model's)"""
+    chunked_prefill: bool
+    """split long prefills into chunks"""
+    max_num_batched_tokens: int | None = spec(ge=64)
+    """tokens per engine step (null: the context, at least 2048)"""
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+    """largest adapter rank served (PPO's lora.r must fit)"""
+    startup_timeout_s: float = spec(gt=0)
+    """a server not ready after this many seconds fails the stage with its log"""
+    extra_args: list[str]
+    """more server flags, verbatim"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingConfig:
+    """`serving`: how the stages that generate run the policy."""
+
+    engine: Literal["hf", "vllm", "openai"]
+    """hf: transformers in process | vllm: the stage starts a server | openai: one already running"""
+    base_url: str | None
+    """engine openai: the server, e.g. http://127.0.0.1:8000/v1"""
+    served_model: str | None
+    """engine openai: the served model's name"""
+    vllm: VllmConfig
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.engine == "openai" and not (self.base_url and self.served_model):
+            return [("engine", "openai needs serving.base_url and serving.served_model")]
+        return []
+
+
+# -- train -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticConfig:
+    """`train.sft.synthetic`: mutation/fix conversations made without a sandbox."""
+
+    examples: int = spec(ge=0)
+    """how many"""
+    stdlib: bool
+    """draw sources from the interpreter's standard library"""
+    repos: bool
+    """... and from the SFT repositories' package code"""
+    max_file_bytes: int = spec(ge=1)
+    """larger source files are not used"""
+    max_lines: int = spec(ge=1)
+    """lines of the function shown (the window starts at the def)"""
+    per_file: int = spec(ge=1)
+    """examples per source file at most"""
+    rename: float = spec(ge=0, le=1)
+    """share with fresh function/folder/module names (to copy, not recall)"""
+    max_guesses: int = spec(ge=0)
+    """the fix reached by the scan after at most this many wrong edits (0: straight away)"""
+    recovery: float = spec(ge=0, le=1)
+    """share that first shows a broken call or a failed edit and its error, then the call done right"""
+    kinds: list[Mutation] = spec(min_items=1)
+    """mutation kinds"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SftConfig:
+    """`train.sft`: supervised fine-tuning of the tiny model into the base policy."""
+
+    max_seq_len: int = spec(ge=16)
+    """tokens; longer examples are cut (their prefix kept)"""
+    tokens_per_batch: int = spec(ge=16)
+    """padded tokens per optimizer step (batch x longest example)"""
+    epochs: int = spec(ge=1)
+    """passes over the data (max_steps > 0 overrides)"""
+    max_steps: int = spec(ge=0)
+    """optimizer steps (0: epochs decide)"""
+    lr: float = spec(gt=0)
+    """peak AdamW learning rate"""
+    min_lr_ratio: float = spec(ge=0, le=1)
+    """final lr = lr x this"""
+    warmup_steps: int = spec(ge=0)
+    """linear warm-up steps"""
+    schedule: Literal["cosine", "linear"]
+    """decay after warm-up"""
+    weight_decay: float = spec(ge=0)
+    """AdamW weight decay (not on norms and biases)"""
+    betas: list[float] = spec(ge=0, lt=1, min_items=2, max_items=2)
+    """AdamW betas"""
+    grad_clip: float = spec(gt=0)
+    """max global gradient norm"""
+    threads: int = spec(ge=1)
+    """torch threads"""
+    oracle_repeat: int = spec(ge=1)
+    """each resolved oracle episode appears this often per epoch"""
+    synthetic: SyntheticConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutsConfig:
+    """`train.rollouts`: offline multi-seed rollouts of the base policy (the critic's data)."""
+
+    samples_per_task: int = spec(ge=1)
+    """episodes per train task (seeds shared with difficulty and evaluation)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterConfig:
+    """A LoRA adapter (PEFT)."""
+
+    r: int = spec(ge=1)
+    """rank"""
+    alpha: int = spec(ge=1)
+    """lora_alpha (scale alpha / r)"""
+    dropout: float = spec(ge=0, lt=1)
+    """lora_dropout"""
+    target_modules: list[str]
+    """the projections adapted in every layer"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CriticConfig:
+    """`train.critic`: the value model, trained offline on the base policy's episodes."""
+
+    gamma: float = spec(ge=0, le=1)
+    """discount per action token in the targets"""
+    lam: float = spec(ge=0, le=1)
+    """lambda of the lambda-return targets"""
+    split: FractionsConfig
+    max_seq_len: int = spec(ge=16)
+    """tokens; longer episodes are dropped (reason too_long)"""
+    epochs: int = spec(ge=1)
+    """passes over the train episodes; the best val-MSE epoch is kept"""
+    tokens_per_batch: int = spec(ge=16)
+    """padded tokens per optimizer step (batch x longest episode)"""
+    lr: float = spec(gt=0)
+    """AdamW learning rate (after warm-up; constant)"""
+    warmup_steps: int = spec(ge=0)
+    """linear warm-up steps"""
+    weight_decay: float = spec(ge=0)
+    """AdamW weight decay (not on norms and biases)"""
+    betas: list[float] = spec(ge=0, lt=1, min_items=2, max_items=2)
+    """AdamW betas"""
+    grad_clip: float = spec(gt=0)
+    """max global gradient norm"""
+    mode: Literal["full", "lora"]
+    """full: fine-tune the backbone | lora: frozen backbone + adapter"""
+    lora: AdapterConfig
+    threads: int = spec(ge=1)
+    """torch threads"""
+
+    def problems(self) -> list[tuple[str, str]]:
+        total = self.split.train + self.split.val + self.split.test
+        if abs(total - 1.0) > 1e-6:
+            return [("split", f"train/val/test fractions sum to {total:g}, not 1")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """`train.ppo`: PPO of a LoRA adapter on the base policy against the critic."""
+
+    steps: int = spec(ge=1)
+    """PPO steps"""
+    tasks_per_step: int = spec(ge=1)
+    """B: tasks sampled from the train pool per step"""
+    samples_per_task: int = spec(ge=1)
+    """episodes per sampled task and step"""
+    gamma: float = spec(ge=0, le=1)
+    """discount per action token"""
+    lam: float = spec(ge=0, le=1)
+    """GAE lambda per action token (1: return - V(s_t))"""
+    clip_ratio: float = spec(ge=0)
+    """PPO ratio clip epsilon"""
+    value_clip: float = spec(ge=0)
+    """value clip around the values before the critic updates (0: off)"""
+    kl_mode: Literal["loss", "penalty", "none"]
+    """loss: kl_coef x KL in the actor loss | penalty: in the rewards | none"""
+    kl_coef: float = spec(ge=0)
+    """weight of the KL to the base policy (adapter disabled)"""
+    kl_estimator: Literal["k1", "k2", "k3"]
+    """Schulman's estimators; penalty mode always uses k1 per token"""
+    entropy_coef: float = spec(ge=0)
+    """entropy bonus weight"""
+    whiten_advantages: bool
+    """advantages -> zero mean, unit variance over the step's action tokens"""
+    ppo_epochs: int = spec(ge=1)
+    """actor passes over the step's episodes"""
+    minibatches: int = spec(ge=1)
+    """optimizer steps per pass (episodes split evenly, seeded order)"""
+    critic_updates: int = spec(ge=0)
+    """critic passes per step, before GAE is recomputed"""
+    actor_lr: float = spec(ge=0)
+    """AdamW lr of the adapter (constant)"""
+    critic_lr: float = spec(ge=0)
+    """AdamW lr of the critic (constant)"""
+    betas: list[float] = spec(ge=0, lt=1, min_items=2, max_items=2)
+    """AdamW betas (both optimizers)"""
+    weight_decay: float = spec(ge=0)
+    """AdamW weight decay (both optimizers)"""
+    grad_clip: float = spec(ge=0)
+    """max global gradient norm (each optimizer)"""
+    lora: AdapterConfig
+    critic_mode: Literal["full", "lora"]
+    """full: train all critic weights | lora: frozen critic + adapter (critic_lora)"""
+    critic_lora: AdapterConfig
+    checkpoint_every: int = spec(ge=1)
+    """steps between checkpoints (the last step always gets one)"""
+    keep_checkpoints: int = spec(ge=0)
+    """newest checkpoints kept (0: all)"""
+    threads: int = spec(ge=1)
+    """torch threads per process"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """`train`: SFT of the tiny model, the offline rollouts, the critic and PPO."""
+
+    sft: SftConfig
+    rollouts: RolloutsConfig
+    critic: CriticConfig
+    ppo: PPOConfig
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class EvalPolicyConfig:
+    """One evaluated policy: an HF model folder, or a PEFT adapter and its base."""
+
+    path: str
+    """the model or adapter folder"""
+    base: str | None = spec(None, absent_if_none=True)
+    """an adapter's base model folder (left out: `path` is a whole model)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationConfig:
+    """`evaluation`: paired runs, every policy on every panel with the same tasks, config and seeds."""
+
+    base: str
+    """the policy every other one is compared with (a key of policies)"""
+    policies: dict[str, EvalPolicyConfig]
+    """name -> the policy's folders"""
+    panels: dict[str, list[str]]
+    """name -> task JSONL files"""
+    k: int = spec(ge=1)
+    """episodes per task (1: the unit of the paired test)"""
+    k_per_panel: dict[str, int] = spec(ge=1)
+    """panel -> its own k"""
+    seeds: list[int] | None = spec(ge=0, le=MAX_SEED)
+    """explicit episode seeds, k of them (null: derived from the root seed)"""
+    alpha: float = spec(gt=0, lt=1)
+    """significance level of the verdicts"""
+    confidence: float = spec(gt=0, lt=1)
+    """level of the Wilson intervals"""
+    threads: int = spec(ge=1)
+    """torch threads of the hf engine"""
+    dtype: Literal["float32", "bfloat16", "float16"]
+    """weights dtype of the hf engine"""
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.seeds is not None and len(self.seeds) != self.k:
+            out.append(("seeds", f"{len(self.seeds)} seeds for k={self.k}"))
+        for panel, k in sorted(self.k_per_panel.items()):
+            if self.seeds is not None and k != self.k:
+                out.append(("k_per_panel", f"{panel}={k} with explicit evaluation.seeds (k={self.k}): "
+                                           f"set seeds to null, or k_per_panel.{panel} to {self.k}"))
+        return out
+
+
+# -- the whole config --------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ParamsConfig:
+    """params.yaml and its overlays, merged."""
+
+    seed: int = spec(ge=0, le=MAX_SEED)
+    """the root seed; each stage derives its own from it and its name"""
+    repos: ReposConfig
+    sandbox: SandboxConfig
+    tasks: TasksConfig
+    policy: PolicyConfig
+    agent: AgentConfig
+    serving: ServingConfig
+    train: TrainConfig
+    evaluation: EvaluationConfig

@@ -1,4 +1,5 @@
-# `make run`: set everything up and build every artifact of the embedded default pipeline.
+# `make run`: set everything up and build every artifact of the embedded default pipeline
+# (`make run CONFIG=configs/NAME.yaml`: with that overlay on params.yaml).
 # `make test`: set everything up and run the test suite.
 # Both create and reuse .venv/ and install what is missing (system packages via apt, as root).
 SHELL := /bin/bash
@@ -7,6 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.forgeline-installed
 CORES ?= 2
+# overlays on params.yaml for `make run`, later files win (the Snakefile's --configfile)
+CONFIG ?=
 TORCH ?= torch==2.13.0
 # A CPU build of torch lies in /opt/wheels on machines of this kind; elsewhere PyPI's is used.
 PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
@@ -20,8 +23,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: run test setup system dvc.yaml dag clean services pull
 
 run: setup
-	@if grep -qE '^\s+backend:\s*docker' params.yaml; then bash scripts/services.sh start docker; fi
-	$(BIN)/snakemake --cores $(CORES)
+	@backend=$$($(BIN)/forgeline config-get sandbox.backend --config params.yaml \
+	  $(foreach f,$(CONFIG),--config $(f))) || exit 1; \
+	  if [ "$$backend" = docker ]; then bash scripts/services.sh start docker; fi
+	$(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))
 	$(BIN)/forgeline timings
 
 test: setup
@@ -31,7 +36,7 @@ setup: system $(STAMP)
 
 # git (patches, code version) and util-linux (unshare) are what every stage needs; the Docker
 # engine, the registry and Slurm are installed and started by scripts/services.sh and
-# scripts/slurm.sh (`make run` starts docker when params.yaml selects the docker backend).
+# scripts/slurm.sh (`make run` starts docker when the merged config selects the docker backend).
 system:
 	@command -v git >/dev/null && command -v unshare >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

@@ -239,7 +239,7 @@ def test_ingest_extra_reads_the_hub_dataset_and_shards_it(hub_cache, tmp_path, c
         capsys.readouterr()
         params = tmp_path / "bad.yaml"
         data = yaml.safe_load((tmp_path / "params.yaml").read_text())
-        data["tasks"]["ingest"]["hub"] = bad
+        data["tasks"]["ingest"]["hub"].update(bad)  # key by key, as an overlay would
         params.write_text(yaml.safe_dump(data))
         code = cli.main(["ingest-extra", "--config", str(params), "--out-dir", str(tmp_path / "x"),
                          "--manifest", str(tmp_path / "x" / "m.json")])

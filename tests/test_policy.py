@@ -19,7 +19,6 @@ import pytest
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
 from forgeline import config as config_mod  # noqa: E402
-from forgeline.config import Config  # noqa: E402
 from forgeline.policy import chat, copy_pretrain, engine, hub, init_stage, model as tiny, tokenizer as tk  # noqa: E402
 
 from forgeline.seeds import derive_seed, stage_seed  # noqa: E402
@@ -425,7 +424,7 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     monkeypatch.setenv("HF_TOKEN", "hf_secret_never_written_0123")
     base = {"source": "hub", "hub": {"repo_id": "org/tiny-agent", "revision": COMMIT, "allow_patterns": None}}
     out = tmp_path / "results" / "policy" / "hub"
-    hub.run(Config({"policy": {"base": base}}), argparse.Namespace(out=str(out), manifest=None))
+    hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}}), argparse.Namespace(out=str(out), manifest=None))
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "policy.hub"
@@ -436,7 +435,7 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     assert torch.equal(loaded.model.embed_tokens.weight, lm.model.embed_tokens.weight)
     assert not any(b"hf_secret" in p.read_bytes() for p in out.rglob("*") if p.is_file())
     with pytest.raises(SystemExit, match="policy.base.source: hub"):
-        hub.run(Config({"policy": {"base": {"source": "sft", "hub": {}}}}),
+        hub.run(config_mod.merged(PARAMS, {"policy": {"base": {"source": "sft"}}}),
                 argparse.Namespace(out=str(tmp_path / "x"), manifest=None))
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forgeline import cli
+from embedded import PARAMS
+from forgeline import cli, config
 from forgeline.config import ConfigError
 from forgeline.provenance import read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
@@ -327,7 +328,7 @@ def test_reverse_restores(tmp_path):
 
 def test_strong_model_fails_clearly():
     with pytest.raises(ConfigError, match="strong_model.*agent and a model endpoint"):
-        V.check_options({"gold_runs": 2, "alignment": True, "strong_model": True})
+        V.check_options(config.merged(PARAMS.tasks.validate, {"strong_model": True}), 60)
 
 
 # -- the CLI ---------------------------------------------------------------------------------

@@ -181,16 +181,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg, args: argparse.Namespace) -> None:
     from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir
 
-    section = cfg.section("policy.base")
-    spec = section.get("hub") or {}
-    repo_id, revision = spec.get("repo_id"), spec.get("revision")
-    if section.get("source") != "hub" or not repo_id:
+    from forgeline.config import as_dict
+
+    section = cfg.policy.base
+    repo_id, revision = section.hub.repo_id, section.hub.revision
+    if section.source != "hub" or not repo_id:
         raise SystemExit("policy-hub: set policy.base.source: hub and policy.base.hub.repo_id "
                          "(and .revision, a full commit) in the config, e.g. configs/klear-8b.yaml")
-    manifest = Manifest(stage=STAGE, params={"policy.base": section}, inputs=[],
+    manifest = Manifest(stage=STAGE, params={"policy.base": as_dict(section)}, inputs=[],
                         code=__name__)
     with manifest.timed("resolve"):
-        snapshot = resolve_base_model(repo_id, revision, allow_patterns=spec.get("allow_patterns"))
+        snapshot = resolve_base_model(repo_id, revision, allow_patterns=section.hub.allow_patterns)
     out = Path(args.out)
     with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
         with manifest.timed("materialize"):

@@ -23,6 +23,7 @@ from forgeline.policy.model import (LORA_TARGET_MODULES, describe, init_tiny_qwe
                                     lora_target_names, parameter_count, tiny_qwen3_config)
 from forgeline.policy.tokenizer import (build_tokenizer, check_special_tokens, collect_corpus,
                                         corpus_digest, portable_tokenizer_config, stdlib_dir)
+from forgeline.config import as_dict
 from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, sha256_file, write_json
 from forgeline.seeds import stage_seed
 
@@ -61,11 +62,11 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
 def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
-    section = cfg.section("policy.init")
-    tok_params, model_params = dict(section["tokenizer"]), dict(section["model"])
-    repos_root = Path(cfg["repos"]["root"])
-    corpus_repos = sorted(cfg["repos"]["sft"])
-    seed = stage_seed(int(cfg["seed"]), STAGE)
+    section = cfg.policy.init
+    tok_params, model_params = as_dict(section.tokenizer), as_dict(section.model)
+    repos_root = Path(cfg.repos.root)
+    corpus_repos = sorted(cfg.repos.sft)
+    seed = stage_seed(cfg.seed, STAGE)
     out = Path(args.out)
     manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -74,7 +75,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     missing = [str(d) for d in repo_dirs if not d.is_dir()]
     if missing:
         raise FileNotFoundError(f"corpus repositories not found: {missing}")
-    manifest = Manifest(stage=STAGE, params=section, seeds={"model_init": seed},
+    manifest = Manifest(stage=STAGE, params=as_dict(section), seeds={"model_init": seed},
                         inputs=[str(d) for d in repo_dirs], code=__name__)
     with manifest.timed("corpus"):
         corpus = collect_corpus(repo_dirs, stdlib_dir(),
@@ -90,7 +91,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     counts = parameter_count(model)
     log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
              f"{counts['non_embedding']:,}")
-    copy_cfg = cfg.policy.init.copy
+    copy_cfg = section.copy
     with manifest.timed("copy_pretrain"):
         torch.use_deterministic_algorithms(True)
         ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]

@@ -16,7 +16,8 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-from forgeline.config import ConfigError
+from forgeline.config import ConfigError, as_dict
+from forgeline.params import IngestHubConfig
 from forgeline.policy.hub import HubError
 from forgeline.provenance import Manifest, write_json, write_jsonl
 from forgeline.tasks.hub_dataset import hub_reads, parquet_files, resolve_dataset
@@ -49,38 +50,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", required=True)
 
 
-def hub_spec(section: dict) -> dict | None:
+def hub_spec(hub: IngestHubConfig) -> IngestHubConfig | None:
     """tasks.ingest.hub when it names a dataset (repo_id set), else None (off)."""
-    spec = section.get("hub") or {}
-    return spec if spec.get("repo_id") else None
+    return hub if hub.repo_id else None
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = cfg.section("tasks.ingest")
-    max_record_bytes = int(section["max_record_bytes"])
-    sources = [str(p) for p in section.get("extra_sources") or []]
+    section = cfg.tasks.ingest
+    max_record_bytes = int(section.max_record_bytes)
+    sources = [str(p) for p in section.extra_sources]
     missing = [s for s in sources if not Path(s).is_file()]
     if missing:
         raise ConfigError(f"tasks.ingest.extra_sources: file(s) not found: {', '.join(missing)}")
-    repos = cfg["repos"]
-    configured = sorted(set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", [])))
-    manifest = Manifest(stage="ingest-extra", params={"repos": repos, "tasks.ingest": section},
+    repos = cfg.repos
+    configured = sorted(set(repos.pool) | set(repos.sft) | set(repos.panel))
+    manifest = Manifest(stage="ingest-extra",
+                        params={"repos": as_dict(repos), "tasks.ingest": as_dict(section)},
                         inputs=sources, code=__name__)
-    hub, more, hub_files = hub_spec(section), [], []
+    hub, more, hub_files = hub_spec(section.hub), [], []
     if hub is not None:
-        repo_id, revision = hub["repo_id"], hub.get("revision")
+        repo_id, revision = hub.repo_id, hub.revision
         try:
             with manifest.timed("hub"):
-                snapshot = resolve_dataset(repo_id, revision, hub.get("allow_patterns"))
+                snapshot = resolve_dataset(repo_id, revision, hub.allow_patterns)
         except HubError as exc:
             raise ConfigError(f"tasks.ingest.hub: {exc}") from None
-        hub_files = parquet_files(snapshot, hub.get("allow_patterns"))
+        hub_files = parquet_files(snapshot, hub.allow_patterns)
         if not hub_files:
             raise ConfigError(f"tasks.ingest.hub: no Parquet file of {repo_id}@{revision} matches "
-                              f"allow_patterns {hub.get('allow_patterns')} in {snapshot}")
+                              f"allow_patterns {hub.allow_patterns} in {snapshot}")
         manifest.inputs = [*sources, *(str(snapshot / f) for f in hub_files)]
         more = hub_reads(snapshot, hub_files, repo_id, revision, max_record_bytes,
-                         hub.get("max_records"))
+                         hub.max_records)
     with manifest.timed("ingest"):
         result = ingest_files(sources, max_record_bytes, more)
         per_repo, rejections, unattributed = shard(result, set(configured))
@@ -91,10 +92,10 @@ def run(cfg, args: argparse.Namespace) -> None:
     if hub is not None:
         rows = sum(s.get("rows", 0) for name, s in result.report["sources"].items()
                    if name.startswith("hf://"))
-        report["hub"] = {"repo_id": hub["repo_id"], "revision": hub["revision"],
+        report["hub"] = {"repo_id": hub.repo_id, "revision": hub.revision,
                          "files": hub_files, "rows": rows,
-                         "max_records": hub.get("max_records"),
-                         "capped": hub.get("max_records") is not None and rows >= hub["max_records"]}
+                         "max_records": hub.max_records,
+                         "capped": hub.max_records is not None and rows >= hub.max_records}
     outputs += [write_jsonl(out / "rejections.jsonl", rejections),
                 write_jsonl(out / "unattributed.jsonl", unattributed),
                 write_json(out / "report.json", report)]

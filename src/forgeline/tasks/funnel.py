@@ -12,6 +12,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from forgeline.config import as_dict
 from forgeline.provenance import Manifest, write_json
 
 log = logging.getLogger(__name__)
@@ -77,14 +78,14 @@ def _by_repo(paths: list[str]) -> dict[str, dict]:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    repos = cfg["repos"]
+    repos = cfg.repos
     inputs = [*args.generate_manifests, *args.ingest_reports, *args.validate_reports,
               args.extra_report, args.split]
-    manifest = Manifest(stage="funnel", params={"repos": repos}, inputs=inputs,
+    manifest = Manifest(stage="funnel", params={"repos": as_dict(repos)}, inputs=inputs,
                         code=__name__)
     extra = json.loads(Path(args.extra_report).read_text(encoding="utf-8"))
     summary = funnel(_by_repo(args.ingest_reports), _by_repo(args.validate_reports),
-                     json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos["pool"]),
+                     json.loads(Path(args.split).read_text(encoding="utf-8")), list(repos.pool),
                      {n["repo"]: n for n in (json.loads(Path(p).read_text(encoding="utf-8"))["notes"]
                                              for p in args.generate_manifests)})
     summary["extra_sources"] = {k: extra[k] for k in ("records", "accepted", "rejected",

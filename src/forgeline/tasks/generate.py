@@ -25,7 +25,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from forgeline.config import Config
+from forgeline.config import Config, as_dict
 from forgeline.provenance import Manifest, sha256_bytes, write_jsonl
 from forgeline.sandbox import PatchError, SandboxError, TestRun, get_sandbox
 from forgeline.sandbox.grading import is_test_path, representable
@@ -516,17 +516,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: Config, args: argparse.Namespace) -> None:
-    gen = cfg.section("tasks.generate")
-    root = cfg.section("repos")["root"]
-    sandbox_cfg = cfg["sandbox"]
-    kinds = list(gen["kinds"])
-    max_keep, max_tries = int(gen["max_per_repo"]), int(gen["max_tries_per_repo"])
+    gen = cfg.tasks.generate
+    root = cfg.repos.root
+    kinds = list(gen.kinds)
+    max_keep, max_tries = int(gen.max_per_repo), int(gen.max_tries_per_repo)
     snapshot = RepoSnapshot.load(root, args.repo)
     env = snapshot.env()
-    seed = derive_seed(int(cfg["seed"]), "generate", snapshot.name, bits=64)  # one per repository
+    seed = derive_seed(cfg.seed, "generate", snapshot.name, bits=64)  # one per repository
     manifest = Manifest(
         stage="generate",
-        params={"seed": cfg["seed"], "repos.root": root, "sandbox": sandbox_cfg, "tasks.generate": gen},
+        params={"seed": cfg.seed, "repos.root": root, "sandbox": as_dict(cfg.sandbox),
+                "tasks.generate": as_dict(gen)},
         seeds={"generate": seed}, inputs=[str(snapshot.path)], code=__name__)
 
     with manifest.timed("sites"):
@@ -541,8 +541,8 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     log.info("%s: %d mutation sites in %d files; trying %d", snapshot.name, len(sites), len(sources),
              len(chosen))
 
-    sandbox = get_sandbox(sandbox_cfg)
-    suite_timeout = float(sandbox_cfg["test_timeout_s"])
+    sandbox = get_sandbox(cfg.sandbox)
+    suite_timeout = float(cfg.sandbox.test_timeout_s)
     with manifest.timed("baseline"):
         clean = sandbox.run_tests(env, [], None, suite_timeout)
     passing = sorted(t for t, s in clean.statuses.items() if s == "PASSED")

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from forgeline.config import ConfigError
+from forgeline.config import ConfigError, as_dict
 from forgeline.provenance import (Manifest, canonical_json, gc_paused, write_json,
                                   write_jsonl)
 from forgeline.tasks.schema import InstanceError, normalize_instance, repo_key
@@ -620,14 +620,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = cfg.section("tasks.ingest")
+    section = cfg.tasks.ingest
     missing = [s for s in args.sources if not Path(s).is_file()]
     if missing:
         raise ConfigError(f"ingest: source file(s) not found: {', '.join(missing)}")
-    manifest = Manifest(stage="ingest", params={"repo": args.repo, "tasks.ingest": section},
+    manifest = Manifest(stage="ingest", params={"repo": args.repo, "tasks.ingest": as_dict(section)},
                         inputs=args.sources, code=__name__)
     with manifest.timed("ingest"):
-        result = for_repo(ingest_files(args.sources, int(section["max_record_bytes"])), args.repo)
+        result = for_repo(ingest_files(args.sources, int(section.max_record_bytes)), args.repo)
     with manifest.timed("write"), gc_paused():
         write_jsonl(args.out, result.accepted)
         write_jsonl(args.rejections, result.rejections)

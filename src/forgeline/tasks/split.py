@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from forgeline.config import ConfigError
+from forgeline.config import ConfigError, as_dict
 from forgeline.provenance import (Manifest, canonical_json, gc_paused, write_json,
                                   write_jsonl)
 from forgeline.tasks.schema import (DEFINING_FIELDS, InstanceError, defining_fields,
@@ -338,15 +338,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = cfg.section("tasks.split")
-    fractions = {k: float(v) for k, v in section["fractions"].items()}
-    seed = int(section["seed"])
-    frozen_digest = section.get("frozen_digest")
-    frozen_path = section.get("frozen_manifest")
+    section = cfg.tasks.split
+    fractions = {k: float(v) for k, v in as_dict(section.fractions).items()}
+    seed = int(section.seed)
+    frozen_digest = section.frozen_digest
+    frozen_path = section.frozen_manifest
     if frozen_path and not Path(frozen_path).is_file():
         raise ConfigError(f"tasks.split.frozen_manifest: {frozen_path} not found (a copy of the "
                           f"frozen split's split.json)")
-    manifest = Manifest(stage="split", params=section, seeds={"split": seed},
+    manifest = Manifest(stage="split", params=as_dict(section), seeds={"split": seed},
                         inputs=[*args.tasks, *([frozen_path] if frozen_path else [])],
                         code=__name__)
     with manifest.timed("read"):

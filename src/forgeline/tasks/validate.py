@@ -50,7 +50,8 @@ from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
-from forgeline.config import ConfigError
+from forgeline.config import ConfigError, as_dict
+from forgeline.params import ValidateConfig
 from forgeline.provenance import Manifest, owned_tempdir, read_jsonl, write_json, write_jsonl
 from forgeline.sandbox import PatchError, Sandbox, TestRun, get_sandbox
 from forgeline.sandbox.grading import grade, is_test_path, representable
@@ -413,17 +414,16 @@ class Options:
     timeout_s: float = 120.0
 
 
-def check_options(section: dict) -> Options:
-    """tasks.validate -> Options; ConfigError for what forgeline cannot do yet."""
-    if section.get("strong_model"):
+def check_options(section: ValidateConfig, timeout_s: float) -> Options:
+    """The config's tasks.validate and sandbox.test_timeout_s -> Options; ConfigError for what
+    forgeline cannot do yet."""
+    if section.strong_model:
         raise ConfigError(
             "tasks.validate.strong_model is true, but the strong-model check needs a code agent "
             "and a model endpoint, which forgeline does not have yet (they land with a later "
             "issue); set tasks.validate.strong_model: false. Nothing was validated.")
-    gold = int(section.get("gold_runs", 2))
-    if gold < 1:
-        raise ConfigError(f"tasks.validate.gold_runs must be >= 1, got {gold}")
-    return Options(gold_runs=gold, alignment=bool(section.get("alignment", True)))
+    return Options(gold_runs=int(section.gold_runs), alignment=bool(section.alignment),
+                   timeout_s=float(timeout_s))
 
 
 def gold_suite(sandbox: Sandbox, env, runs: int, timeout_s: float, threads: int) -> list[TestRun]:
@@ -636,11 +636,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    section = cfg.section("tasks.validate")
-    opts = check_options(section)  # before any work: strong_model fails here
-    sandbox_cfg = cfg["sandbox"]
-    opts = Options(opts.gold_runs, opts.alignment, float(sandbox_cfg.get("test_timeout_s", 120)))
-    root = cfg.section("repos.root")
+    section = cfg.tasks.validate
+    opts = check_options(section, cfg.sandbox.test_timeout_s)  # before any work: strong_model fails
+    root = cfg.repos.root
     try:
         snapshot = RepoSnapshot.load(root, args.repo)
     except FileNotFoundError as exc:
@@ -648,10 +646,10 @@ def run(cfg, args: argparse.Namespace) -> None:
     if not Path(args.tasks).is_file():
         raise ConfigError(f"validate: --tasks file not found: {args.tasks}")
     manifest = Manifest(stage="validate",
-                        params={"repo": args.repo, "repos.root": root, "sandbox": sandbox_cfg,
-                                "tasks.validate": section},
+                        params={"repo": args.repo, "repos.root": root, "sandbox": as_dict(cfg.sandbox),
+                                "tasks.validate": as_dict(section)},
                         inputs=[args.tasks, str(snapshot.path)], code=__name__)
-    sandbox = get_sandbox(sandbox_cfg)
+    sandbox = get_sandbox(cfg.sandbox)
     records = read_jsonl(args.tasks)
     threads = max(1, args.threads or os.cpu_count() or 1)
     result = validate_batch(records, snapshot, sandbox, opts, threads=threads)

@@ -91,8 +91,6 @@ def json_schema(cls: type = ParamsConfig) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **copy.deepcopy(section_schema(cls))}
 
 
-load_schema = json_schema
-
 
 # -- typed sections ----------------------------------------------------------------------------
 
@@ -152,6 +150,9 @@ def _problems(section: Any, path: tuple) -> list[tuple[tuple, str]]:
     return out
 
 
+SECTIONS = tuple(f.name for f in dataclasses.fields(ParamsConfig))
+
+
 class Config:
     """The merged config: `data` (the mapping, as the files wrote it), `files` (in order; later
     files win) and each top-level section as its typed dataclass of forgeline.params, built
@@ -162,10 +163,12 @@ class Config:
         self.files = [Path(f) for f in files]
         self._sections: dict[str, Any] = {}
 
+    def __repr__(self) -> str:
+        return f"Config(files={[str(f) for f in self.files]})"
+
     def __getattr__(self, name: str) -> Any:
-        fields = {f.name: f for f in dataclasses.fields(ParamsConfig)}
-        if name.startswith("_") or name not in fields:
-            raise AttributeError(f"config has no section {name!r} (sections: {', '.join(fields)})")
+        if name.startswith("_") or name not in SECTIONS:
+            raise AttributeError(f"config has no section {name!r} (sections: {', '.join(SECTIONS)})")
         if name not in self._sections:
             if name not in self.data:
                 raise ConfigError(f"<top level>: missing key '{name}'")

@@ -98,7 +98,8 @@ def strip_volatile(rec: dict) -> dict:
 
 def test_oracle_trajectory_resolves_is_aligned_and_exports(world, tok, sandbox, tmp_path):
     task = world["alpha"]
-    rec = oracle.oracle_episode(task, sandbox, tok, config.merged(CFG, {"max_new_tokens": 128}), env=world["envs"]["alpha"])
+    rec = oracle.oracle_episode(task, sandbox, tok, config.merged(CFG, {"max_new_tokens": 128}),
+                                env=world["envs"]["alpha"])
     assert rec["outcome"] == "resolved" and rec["exit_status"] == "submitted" and rec["source"] == "oracle"
     assert rec["oracle_actions"] == ["bash", "edit", "bash", "submit"]
     assert rec["verdict"]["resolved"] and rec["verdict"]["fail_to_pass"] == {"passed": 2, "total": 2}

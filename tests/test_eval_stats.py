@@ -97,11 +97,13 @@ def test_means_ratios_and_p_text():
 def test_evaluation_config_checks():
     c = config.merged(PARAMS.evaluation, {"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 2}})
     assert c.k == 2 and c.base == "base" and c.alpha == 0.05
-    for bad, why in (({"k": 0}, "k: 0 is less than the minimum of 1"), ({"k": 2, "seeds": [1]}, "1 seeds for k=2"),
+    for bad, why in (({"k": 0}, "k: 0 is less than the minimum of 1"),
+                     ({"k": 2, "seeds": [1]}, "1 seeds for k=2"),
                      ({"alpha": 1.5}, "alpha: 1.5 is greater than or equal to the maximum of 1"),
                      ({"bogus": 1}, "unknown key 'bogus'"),
                      ({"k_per_panel": {"train": 0}}, "k_per_panel.train: 0 is less than the minimum of 1"),
-                     ({"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 8}}, "train=8 with explicit evaluation.seeds")):
+                     ({"k": 2, "seeds": [3, 4], "k_per_panel": {"train": 8}},
+                      "train=8 with explicit evaluation.seeds")):
         with pytest.raises(config.ConfigError, match=why):
             config.merged(PARAMS.evaluation, bad)
 

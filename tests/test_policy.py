@@ -424,7 +424,8 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     monkeypatch.setenv("HF_TOKEN", "hf_secret_never_written_0123")
     base = {"source": "hub", "hub": {"repo_id": "org/tiny-agent", "revision": COMMIT, "allow_patterns": None}}
     out = tmp_path / "results" / "policy" / "hub"
-    hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}}), argparse.Namespace(out=str(out), manifest=None))
+    hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}}),
+            argparse.Namespace(out=str(out), manifest=None))
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "policy.hub"

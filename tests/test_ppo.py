@@ -120,8 +120,8 @@ def test_pure_parts():
     rec = {"instance_id": "x", "seed": 1, "outcome": "failed", "tokens": [1, 2], "action_mask": [0, 1],
            "validity": {"outcome": True, "labels": False, "trajectory": True, "alignment": False}}
     assert ppo.failed_gate(rec) == "labels"
-    assert ppo.drop_counts([ppo.episode_sample(rec, 0, PARAMS.agent.reward)]) == {"outcome": 0, "labels": 1, "trajectory": 0,
-                                                                 "alignment": 0}
+    assert ppo.drop_counts([ppo.episode_sample(rec, 0, PARAMS.agent.reward)]) == {
+        "outcome": 0, "labels": 1, "trajectory": 0, "alignment": 0}
     with pytest.raises(config.ConfigError, match="unknown key 'clip'"):
         config.merged(PPO, {"clip": 0.1})
     with pytest.raises(config.ConfigError, match="kl_mode: 'both' is not one of"):

@@ -15,6 +15,8 @@ from forgeline.evaluation import report as rp, tables as tb
 from forgeline.provenance import Manifest, write_json
 from forgeline.tasks import funnel as fn, split as sp
 
+from embedded import PARAMS
+
 RULEGRAPH = """digraph snakemake_dag {
     graph[bgcolor=white, margin=0];
     node[shape=box, style=rounded, fontname=sans,                 fontsize=10, penwidth=2];
@@ -95,7 +97,7 @@ def _inputs(tmp: Path) -> dict[str, object]:
                                       "tests_improved": None}}] * 2}
     eps = [ep("alpha.1", "resolved"), ep("alpha.1", "failed"), ep("alpha.2", "failed"), ep("alpha.2", "failed"),
            ep("beta.1", "resolved"), ep("beta.1", "resolved")]
-    write_json(tmp / "difficulty.json", df.report(eps, 2, [0.25, 0.75]))
+    write_json(tmp / "difficulty.json", df.report(eps, 2, [0.25, 0.75], PARAMS.agent.reward))
     write_json(tmp / "critic.json", {
         "epochs": [{"epoch": e, "train_mse": 0.5 / (e + 1), "train_ev": 0.1 * e, "val_mse": 0.6 / (e + 1) + 0.05,
                     "val_ev": 0.08 * e} for e in range(4)],

@@ -222,7 +222,7 @@ def _key_lines(path: Path, text: str) -> dict[tuple, int]:
     return lines
 
 
-def deep_merge(base: Mapping, overlay: Mapping) -> dict:
+def deep_merge(base: dict, overlay: dict) -> dict:
     """Overlay wins; mappings merge key by key, everything else is replaced whole."""
     out = copy.deepcopy(dict(base))
     for key, value in overlay.items():

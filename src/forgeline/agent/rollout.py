@@ -259,7 +259,8 @@ def run(cfg, args: argparse.Namespace) -> None:
         out = Path(args.out)
         partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
         inputs = [*args.tasks] + ([args.policy] if args.policy else [])
-        manifest = Manifest(stage=STAGE, params={"agent": as_dict(c), "serving": as_dict(serving)}, seeds={"samples": seeds}, inputs=inputs,
+        manifest = Manifest(stage=STAGE, params={"agent": as_dict(c), "serving": as_dict(serving)},
+                            seeds={"samples": seeds}, inputs=inputs,
                             code=__name__)
         with manifest.timed("rollout"):
             records = rollout(pairs, engine, get_sandbox(cfg.sandbox), c, repos_root=cfg.repos.root,

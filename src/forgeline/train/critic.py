@@ -320,7 +320,8 @@ def mean_target(examples: Sequence[Mapping[str, Any]]) -> float:
 def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mapping[str, Any]],
                  cfg: CriticConfig, seed: int, pad_id: int, progress: bool = True
                  ) -> tuple[list[dict], int, dict]:
-    """Train `model` on `train` for cfg.epochs (`cfg`: the config's train.critic); after each epoch score train and val. Returns
+    """Train `model` on `train` for cfg.epochs (`cfg`: the config's train.critic); after each
+    epoch score train and val. Returns
     (epochs [{epoch, train_mse, train_ev, val_mse, val_ev}], chosen epoch (lowest val MSE;
     without val examples the last), the chosen epoch's state_dict). Deterministic."""
     import torch

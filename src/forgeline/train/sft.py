@@ -498,7 +498,8 @@ def lr_at(step: int, total: int, warmup: int, base: float, min_ratio: float, kin
 
 def train(model, examples: Sequence[Mapping[str, Any]], cfg: SftConfig, seed: int,
           pad_id: int, progress: bool = True) -> list[dict]:
-    """Train `model` in place on `examples` ({tokens, mask}) as `cfg` (the config's train.sft) says; returns the loss curve
+    """Train `model` in place on `examples` ({tokens, mask}) as `cfg` (the config's train.sft)
+    says; returns the loss curve
     [{step, epoch, loss, tokens, lr, grad_norm}]. Deterministic for the same inputs and seed
     (torch.manual_seed(seed), deterministic algorithms, seeded batch order)."""
     import torch

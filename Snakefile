@@ -24,7 +24,7 @@ POOL = config["repos"]["pool"]
 SFT = config["repos"]["sft"]
 # The policy every RL stage starts from: the tiny model after SFT (embedded default), or a
 # trained agent from the hub at a pinned commit (policy.base.source: hub, real scale).
-BASE_SOURCE = config["policy"].get("base", {}).get("source", "sft")
+BASE_SOURCE = config["policy"]["base"]["source"]
 BASE_POLICY = f"results/policy/{BASE_SOURCE}"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"
@@ -39,6 +39,7 @@ def image_of(wildcards):
     return f"results/images/{wildcards.repo}.json" if DOCKER else []
 
 
+# The phases in DAG order: environments, tasks, the base policy, RL, evidence.
 include: "rules/images.smk"
 include: "rules/tasks.smk"
 include: "rules/policy.smk"

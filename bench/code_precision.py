@@ -17,6 +17,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -24,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import tiny_project as tp  # noqa: E402
+import yaml  # noqa: E402
 
-from forgeline.workflow.dvc_export import snakemake_jobs, stage_name  # noqa: E402
 
 # (label, file under src/forgeline, what, target): what = "body" (a statement added at the top
 # of function `target`, "Class.method" for a method), "docstring" (of `target`, "" = the
@@ -39,54 +40,13 @@ EDITS = [
     ("evaluation/report.py: a comment", "evaluation/report.py", "comment", "funnel_steps"),
     ("evaluation/report.py: funnel rows", "evaluation/report.py", "body", "funnel_steps"),
     ("evaluation/stats.py: exact McNemar", "evaluation/stats.py", "body", "mcnemar_exact_p"),
-    ("tasks/split.py: the split digest", "tasks/split.py", "body", "frozen_split_digest"),
+    ("tasks/split.py: the frozen digest", "tasks/split.py", "body", "frozen_split_digest"),
     ("agent/rewards.py: process reward", "agent/rewards.py", "body", "process_reward"),
     ("sandbox/grading.py: grade a run", "sandbox/grading.py", "body", "grade"),
-    ("tasks/validate.py: a docstring", "tasks/validate.py", "docstring", "run"),
+    ("tasks/validate.py: a docstring", "tasks/validate.py", "docstring", "check_nop"),
     ("train/rl.py: explained variance", "train/rl.py", "body", "explained_variance"),
-    ("tasks/generate.py: a candidate", "tasks/generate.py", "body", "run"),
+    ("tasks/generate.py: a problem statement", "tasks/generate.py", "body", "write_problem_statement"),
 ]
-
-
-def function_nodes(tree: ast.Module) -> dict[str, ast.AST]:
-    """Top-level functions and methods of top-level classes, by (qualified) name."""
-    out: dict[str, ast.AST] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            for sub in node.body:
-                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    out[f"{node.name}.{sub.name}"] = sub
-    return out
-
-
-def body_lines(node) -> set[int]:
-    """The lines of a function that run when it is called (not the `def`, which runs on import)."""
-    body = node.body
-    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    return set(range(body[0].lineno, node.end_lineno + 1))
-
-
-def edited(text: str, what: str, target: str) -> str:
-    tree = ast.parse(text)
-    lines = text.splitlines(keepends=True)
-    if what == "docstring":
-        node = tree if not target else function_nodes(tree)[target]
-        doc = node.body[0]
-        assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), target
-        line = doc.lineno - 1
-        lines[line] = lines[line].replace('"""', '"""Edited: ', 1)
-    elif what == "comment":
-        line = function_nodes(tree)[target].lineno - 1
-        lines.insert(line, "# an edited comment\n")
-    else:
-        node = function_nodes(tree)[target]
-        first = min(body_lines(node)) - 1
-        indent = re.match(r"\s*", lines[first]).group(0)
-        lines.insert(first, f"{indent}_edited = None\n")
-    return "".join(lines)
 
 
 SHIM = """#!{python}
@@ -115,18 +75,18 @@ def executed(covdir: Path, jobs: list[dict], src: Path) -> dict[str, set[str]]:
     trees: dict[str, dict[str, set[int]]] = {}
     out: dict[str, set[str]] = {}
     for argv_file in sorted(covdir.glob("*.argv")):
-        argv = set(json.loads(argv_file.read_text()))
-        job = next((j for j in jobs if set(j["outs"]) & argv), None)
+        argv = json.loads(argv_file.read_text())
+        job = next((j for j in jobs if shlex.split(j["cmd"])[1:] == argv), None)
         if job is None:
             continue  # a tool run outside the DAG (export-dvc)
         data = coverage.CoverageData(basename=str(argv_file.with_suffix(".cov")))
         data.read()
-        ran = out.setdefault(stage_name(job), set())
+        ran = out.setdefault(job["name"], set())
         for filename in data.measured_files():
             rel = Path(filename).resolve().relative_to(src).as_posix()
             if rel not in trees:
                 tree = ast.parse(Path(filename).read_text())
-                trees[rel] = {name: body_lines(node) for name, node in function_nodes(tree).items()}
+                trees[rel] = {name: tp.body_lines(node) for name, node in tp.function_nodes(tree).items()}
             hit = set(data.lines(filename) or ())
             ran |= {f"{rel}:{name}" for name, lines in trees[rel].items() if lines & hit}
     return out
@@ -135,18 +95,28 @@ def executed(covdir: Path, jobs: list[dict], src: Path) -> dict[str, set[str]]:
 def descendants(jobs: list[dict], names: set[str]) -> set[str]:
     """`names` and every job that reads, transitively, what they write."""
     found = set(names)
-    outs = {o for j in jobs if stage_name(j) in found for o in j["outs"]}
+    outs = {o for j in jobs if j["name"] in found for o in j["outs"]}
     grew = True
     while grew:
         grew = False
         for j in jobs:
-            if stage_name(j) in found:
+            if j["name"] in found:
                 continue
             if any(d in outs or any(d.startswith(o + "/") for o in outs) for d in j["deps"]):
-                found.add(stage_name(j))
+                found.add(j["name"])
                 outs |= set(j["outs"])
                 grew = True
     return found
+
+
+def dag_jobs(project: Path) -> list[dict]:
+    """The jobs as dvc.yaml lists them (from the project's own code, not this process's)."""
+    tp.run(project, "forgeline", "export-dvc")
+    stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
+    paths = lambda entries: [e if isinstance(e, str) else next(iter(e)) for e in entries or []]
+    return [{"name": name, "cmd": st["cmd"], "deps": paths(st.get("deps")),
+             "outs": paths(st.get("outs")) + paths(st.get("metrics")) + paths(st.get("plots"))}
+            for name, st in stages.items() if name != "code"]
 
 
 def planned(project: Path) -> set[str]:
@@ -164,29 +134,33 @@ def dvc_changed(project: Path) -> set[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "code-precision")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the workflow built (and measured) by the last run in --out")
     args = ap.parse_args()
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    project = tp.make_project(args.out / "pipeline")
+    project = args.out / "pipeline"
     src = (project / "src" / "forgeline").resolve()
     covdir = args.out / "coverage"
-    covdir.mkdir(parents=True)
     shim = args.out / "bin" / "forgeline"
-    shim.parent.mkdir()
-    shim.write_text(SHIM.format(python=sys.executable, covdir=str(covdir), src=str(src)))
-    shim.chmod(0o755)
     # tp.env() puts BIN first on PATH: the shim's folder, then the venv's (snakemake, dvc)
     os.environ["PATH"] = f"{tp.BIN}:{os.environ['PATH']}"
     tp.BIN = shim.parent
-    print("building the tiny workflow under coverage ...", file=sys.stderr)
-    tp.run(project, "snakemake", "--cores", "2")
-    jobs = snakemake_jobs(project / "Snakefile", ["params.yaml"])
+    if not args.reuse:
+        if args.out.exists():
+            shutil.rmtree(args.out)
+        tp.make_project(project)
+        covdir.mkdir(parents=True)
+        shim.parent.mkdir()
+        shim.write_text(SHIM.format(python=sys.executable, covdir=str(covdir), src=str(src)))
+        shim.chmod(0o755)
+        print("building the tiny workflow under coverage ...", file=sys.stderr)
+        tp.run(project, "snakemake", "--cores", "2")
+    jobs = dag_jobs(project)
     ran = executed(covdir, jobs, src)
-    missing = sorted({stage_name(j) for j in jobs} - set(ran))
+    missing = sorted({j["name"] for j in jobs} - set(ran))
     assert not missing, f"no coverage for {missing}"
-    tp.run(project, "forgeline", "export-dvc")
-    for cmd in (("git", "init", "-q"), ("dvc", "init", "-q"), ("dvc", "commit", "-f", "-q")):
-        tp.run(project, *cmd)
+    if not (project / ".dvc").is_dir():
+        for cmd in (("git", "init", "-q"), ("dvc", "init", "-q"), ("dvc", "commit", "-f", "-q")):
+            tp.run(project, *cmd)
     assert planned(project) == set() and dvc_changed(project) == set()
 
     print(f"\ncode edits: jobs planned vs the jobs that executed the edited code + descendants "
@@ -201,7 +175,7 @@ def main() -> int:
         key = f"{rel}:{target}"
         truth = (descendants(jobs, {name for name, funcs in ran.items() if key in funcs})
                  if what == "body" else set())
-        path.write_text(edited(original, what, target))
+        path.write_text(tp.edited(original, what, target))
         try:
             by_snakemake = planned(project)
             by_dvc = descendants(jobs, dvc_changed(project))

@@ -1,4 +1,4 @@
-# Phase 3: environments. One image per repository snapshot (built offline from Debian's
+# Phase 1: environments. One image per repository snapshot (built offline from Debian's
 # packages by default); the record is a pure function of the build inputs, so an unchanged
 # rebuild leaves downstream jobs alone. Jobs that run tests depend on their repo's record
 # when the docker backend is configured.

@@ -1,4 +1,4 @@
-# Phase 2: the base policy. A tiny Qwen3 (its tokenizer trained here) is taught the agent's
+# Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here) is taught the agent's
 # protocol on oracle trajectories of the SFT repositories plus synthetic fixes of other
 # Python source; at real scale the base is a hub model at a pinned commit instead. pass@k
 # of the base policy then keeps the pool tasks of the configured difficulty, per

@@ -1,4 +1,4 @@
-# Phase 1: tasks. External SWE-smith-format files and the upstream hub dataset are read once
+# Phase 2: tasks. External SWE-smith-format files and the upstream hub dataset are read once
 # and sharded by repository. Per repository: bugs are generated, ingested (with its shard) and
 # validated by running tests; the pool repositories' tasks of the right difficulty
 # (rules/policy.smk) are split, and the split is exported as a dataset. Per-repository jobs keep
@@ -6,7 +6,7 @@
 
 # Upstream SWE-smith from the hub (tasks.ingest.hub): no file of the workflow, so its repo_id,
 # revision and patterns reach ingest_extra as params (a new revision reruns it).
-HUB_DATASET = bool((config["tasks"]["ingest"].get("hub") or {}).get("repo_id"))
+HUB_DATASET = bool(config["tasks"]["ingest"]["hub"]["repo_id"])
 
 
 rule generate:
@@ -32,7 +32,7 @@ rule generate:
 
 rule ingest_extra:
     input:
-        extra=config["tasks"]["ingest"].get("extra_sources", []),
+        extra=config["tasks"]["ingest"]["extra_sources"],
         code=stage_code("forgeline.tasks.extra"),
     output:
         shards=expand("results/tasks/extra/{repo}.jsonl", repo=ALL_REPOS),
@@ -105,7 +105,7 @@ rule validate:
 rule split:
     input:
         tasks=expand("results/pool/{repo}.jsonl", repo=POOL),
-        frozen=config["tasks"]["split"].get("frozen_manifest") or [],
+        frozen=config["tasks"]["split"]["frozen_manifest"] or [],
         code=stage_code("forgeline.tasks.split"),
     output:
         train="results/split/train.jsonl",

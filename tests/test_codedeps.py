@@ -120,3 +120,22 @@ def test_stamp_is_written_only_when_the_code_changes(package, tmp_path, monkeypa
 def test_unknown_stage_is_named():
     with pytest.raises(ValueError, match="forgeline.nope"):
         codedeps.stage_code("forgeline.nope")
+
+
+def test_a_template_folder_is_data_of_the_stage_that_reads_it(package):
+    """harbor_files/ holds grade.py, a program the export copies into each task folder: its
+    bytes are the output, so a comment there reruns the export, and only it."""
+    before = digests(package)
+    grade = package / "tasks/harbor_files/grade.py"
+    grade.write_text(grade.read_text() + "\n# a comment in a template\n")
+    assert changed(before, digests(package)) == {"forgeline.tasks.harbor"}
+
+
+def test_a_config_field_doc_is_not_code(package):
+    """params.py documents each field with a string under it: help text, not code."""
+    before = digests(package)
+    params = package / "params.py"
+    text = params.read_text()
+    assert '    """PPO steps"""' in text
+    params.write_text(text.replace('    """PPO steps"""', '    """PPO steps (optimizer updates of the actor)"""', 1))
+    assert changed(before, digests(package)) == set()

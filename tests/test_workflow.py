@@ -1,6 +1,7 @@
 """The real DAG on tiny data: reruns are exact, dvc.yaml is current, DVC builds what Snakemake builds."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,15 +79,15 @@ def test_param_change_reruns_that_stage_only(built):
         params.write_text(original)
 
 
-def planned_after_edit(project: Path, rel: str, old: str, new: str) -> set[str]:
-    """What `snakemake -n` plans with `old` replaced by `new` in src/forgeline/`rel`; the file
-    and the stamps' mtimes are put back after (a stamp rewritten twice is newer than outputs)."""
+def planned_after_edit(project: Path, rel: str, what: str, target: str) -> set[str]:
+    """What `snakemake -n` plans after `tp.edited(what, target)` of src/forgeline/`rel`; the
+    file and the stamps' mtimes are put back after (a stamp rewritten twice is newer than the
+    outputs, as a source file edited and reverted is for Snakemake)."""
     path = project / "src/forgeline" / rel
     original = path.read_text()
-    assert old in original, old
     stamps = {p: p.stat().st_mtime_ns for p in (project / ".forgeline/code").glob("*.json")}
     try:
-        path.write_text(original.replace(old, new, 1))
+        path.write_text(tp.edited(original, what, target))
         return planned_jobs(project)
     finally:
         path.write_text(original)
@@ -97,13 +98,11 @@ def planned_after_edit(project: Path, rel: str, old: str, new: str) -> set[str]:
 
 def test_stage_code_change_reruns_that_stage_and_descendants(built):
     # a line the split runs: the split and what reads it
-    jobs = planned_after_edit(built, "tasks/split.py", "def frozen_split_digest(split: dict[str, list[dict]]) -> str:",
-                              "def frozen_split_digest(split: dict[str, list[dict]]) -> str:\n    split = dict(split)")
+    jobs = planned_after_edit(built, "tasks/split.py", "body", "repo_disjoint_split")
     assert rules_of(jobs) == downstream(built, "split")
     assert "evaluate[panel=heldout, policy=base]" not in jobs
     # validation, for every repository
-    jobs = planned_after_edit(built, "tasks/validate.py", "def run(cfg, args",
-                              "def run(cfg, args, _edited=None")
+    jobs = planned_after_edit(built, "tasks/validate.py", "body", "run")
     assert rules_of(jobs) == downstream(built, "validate")
     assert {j for j in jobs if j.startswith("validate[")} == {
         f"validate[repo={r}]" for r in [*tp.TINY_REPOS, *tp.ROLE_REPOS]}
@@ -111,13 +110,17 @@ def test_stage_code_change_reruns_that_stage_and_descendants(built):
 
 
 def test_edits_no_stage_runs_rerun_nothing(built):
-    """A comment, a docstring, layout, or a function no stage calls: the code a stage runs is
+    """A comment, a docstring, or a function no stage calls: the code a stage runs is
     unchanged, so nothing is planned (the stamps keep their bytes and mtimes)."""
-    assert planned_after_edit(built, "tasks/split.py", "def frozen_split_digest(",
-                              "# a comment\n\n\ndef frozen_split_digest(") == set()
-    assert planned_after_edit(built, "train/ppo.py", '"""', '"""A new first line.\n\n') == set()
-    assert planned_after_edit(built, "provenance.py", "def sha256_bytes(",
-                              "def never_called():\n    return 1\n\n\ndef sha256_bytes(") == set()
+    assert planned_after_edit(built, "tasks/split.py", "comment", "repo_disjoint_split") == set()
+    assert planned_after_edit(built, "train/ppo.py", "docstring", "") == set()
+    never_called = built / "src/forgeline/provenance.py"
+    original = never_called.read_text()
+    try:
+        never_called.write_text(original + "\n\ndef never_called():\n    return 1\n")
+        assert planned_jobs(built) == set()
+    finally:
+        never_called.write_text(original)
 
 
 def test_one_repo_change_reruns_only_its_chain(built, tmp_path):
@@ -193,12 +196,10 @@ def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
     out = tp.run(project, "dvc", "repro").stdout
     assert re.findall(r"Running stage '([^']+)'", out) == ["code"], out[-3000:]
     # a line the split runs: the split and what reads it
-    split.write_text(split.read_text().replace(
-        "def frozen_split_digest(split: dict[str, list[dict]]) -> str:",
-        "def frozen_split_digest(split: dict[str, list[dict]]) -> str:\n    split = dict(split)", 1))
-    out = tp.run(project, "dvc", "repro", "--dry").stdout
-    ran = set(re.findall(r"Running stage '([^']+)'", out))
-    assert "split" in ran and "validate-alpha" not in ran, out[-3000:]
+    split.write_text(tp.edited(split.read_text(), "body", "repo_disjoint_split"))
+    tp.run(project, "dvc", "repro", "--single-item", "code")
+    status = json.loads(tp.run(project, "dvc", "status", "--json").stdout)
+    assert set(status) == {"split"}, status  # its descendants follow once its outputs change
 
 
 def test_the_chain_to_the_adapter_runs_before_the_evaluations(built):

@@ -1,6 +1,7 @@
 """A copy of the forgeline workflow over tiny repositories, for tests that run the real DAG."""
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -176,3 +177,49 @@ def planned_jobs(project: Path, sep: str = "[{}]") -> set[str]:
             jobs.add(current + sep.format(m["wc"]))
             current = None
     return jobs
+
+
+# -- code edits, for the tests and the bench of code dependencies --------------------------------
+
+def function_nodes(tree: ast.Module) -> dict[str, ast.AST]:
+    """Top-level functions and methods of top-level classes, by (qualified) name."""
+    out: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"{node.name}.{sub.name}"] = sub
+    return out
+
+
+def body_lines(node) -> set[int]:
+    """The lines of a function that run when it is called (not the `def`, which runs on import)."""
+    body = node.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return set(range(body[0].lineno, node.end_lineno + 1))
+
+
+def edited(text: str, what: str, target: str) -> str:
+    """`text` (a module) with one edit: "body" adds a statement at the top of function `target`
+    ("Class.method" for a method), "docstring" changes its docstring ("" = the module's),
+    "comment" adds a comment line above it."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    if what == "docstring":
+        node = tree if not target else function_nodes(tree)[target]
+        doc = node.body[0]
+        assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), target
+        line = doc.lineno - 1
+        lines[line] = lines[line].replace('"""', '"""Edited: ', 1)
+    elif what == "comment":
+        line = function_nodes(tree)[target].lineno - 1
+        lines.insert(line, "# an edited comment\n")
+    else:
+        node = function_nodes(tree)[target]
+        first = min(body_lines(node)) - 1
+        indent = re.match(r"\s*", lines[first]).group(0)
+        lines.insert(first, f"{indent}_edited = None\n")
+    return "".join(lines)

@@ -69,25 +69,26 @@ class Module:
 
 # -- normalization -----------------------------------------------------------------------------
 
+def _is_doc(stmt: object) -> bool:
+    """A bare string statement: a docstring, or the string under a dataclass field (its doc)."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+        and isinstance(stmt.value.value, str)
+
+
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        return body[1:]
-    return body
+    return body[1:] if body and _is_doc(body[0]) else body
 
 
 def normalized(node: ast.AST | list | object) -> str:
-    """A stable text of a syntax tree: no positions, no docstrings, empty fields left out (so a
-    field a newer Python adds, e.g. `type_params=[]`, changes nothing)."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
-        node = type(node)(**{**{f: getattr(node, f, None) for f in node._fields},
-                             "body": _without_docstring(node.body)})
+    """A stable text of a syntax tree: no positions, no bare strings (docstrings, attribute docs:
+    they do nothing), empty fields left out (so a field a newer Python adds, e.g.
+    `type_params=[]`, changes nothing)."""
     if isinstance(node, ast.AST):
         fields = [f"{name}={normalized(value)}" for name, value in ast.iter_fields(node)
                   if value is not None and value != []]
         return f"{type(node).__name__}({','.join(fields)})"
     if isinstance(node, list):
-        return "[" + ",".join(normalized(v) for v in node) + "]"
+        return "[" + ",".join(normalized(v) for v in node if not _is_doc(v)) + "]"
     return repr(node)
 
 
@@ -244,7 +245,9 @@ class Index:
         for path in sorted(root.rglob("*.py")):
             rel = path.relative_to(root.parent).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            if all(p.isidentifier() for p in parts):
+            # a module only inside packages (a .py template in a data folder is data)
+            if all(p.isidentifier() for p in parts) and all(
+                    (root.parent.joinpath(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts))):
                 self.paths[".".join(parts)] = path
         modules = set(self.paths.values())
         self.data_files = sorted(p for p in root.rglob("*") if p.is_file() and p not in modules

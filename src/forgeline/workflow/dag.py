@@ -7,7 +7,7 @@ from typing import Iterable
 
 from forgeline import config as config_mod
 from forgeline.codedeps import write_stamp
-from forgeline.tasks.repos import snapshot_files
+from forgeline.sandbox.snapshot import snapshot_files
 
 
 def config_args(files: Iterable[str | Path]) -> str:
@@ -55,7 +55,7 @@ def checked_config(config: dict, files: Iterable[str | Path]) -> None:
 def missing_extra_sources(config: dict, files: list[Path]) -> None:
     """ConfigError for each `tasks.ingest.extra_sources` entry that is not a file. Snakemake would
     skip ingest_extra on a finished tree (its outputs exist) and never notice the missing input."""
-    sources = (config.get("tasks") or {}).get("ingest", {}).get("extra_sources") or []
+    sources = config["tasks"]["ingest"]["extra_sources"]
     missing = [(i, s) for i, s in enumerate(sources) if not Path(s).is_file()]
     if not missing:
         return
@@ -103,7 +103,7 @@ def params_of(config: dict, *sections: str) -> dict:
 
 def all_repos(config: dict) -> list[str]:
     repos = config["repos"]
-    return sorted(set(repos["pool"]) | set(repos.get("sft", [])) | set(repos.get("panel", [])))
+    return sorted(set(repos["pool"]) | set(repos["sft"]) | set(repos["panel"]))
 
 
 __all__ = ["all_repos", "checked_config", "checked_yaml", "config_args", "params_of", "repo_files", "stage_code"]

@@ -30,7 +30,6 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.config import as_dict, build
 from forgeline.params import CopyConfig
 from forgeline.plots import figure, save_png
 
@@ -103,12 +102,6 @@ def copy_loss(logits, labels, ignore: int = -100):
 
 
 PHASES = ("repeat", "recall", "match")
-
-
-def copy_config(section: Mapping[str, Any]) -> dict[str, Any]:
-    """The config's `policy.init.copy` mapping (complete: the schema requires every key) as
-    plain data; for rules/evaluation.smk, which reads each phase's steps at parse time."""
-    return as_dict(build(CopyConfig, section, "policy.init.copy"))
 
 
 def pretrain(model, ids: Sequence[int], sep_id: int, cfg: CopyConfig, seed: int,

@@ -109,7 +109,7 @@ def main() -> int:
     from forgeline.policy import model as tiny, tokenizer as tk
     from forgeline.policy.engine import HFEngine
     from forgeline.sandbox.process import ProcessSandbox
-    from forgeline.train import critic, ppo
+    from forgeline.train import critic, ppo, ppo_update
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -139,8 +139,8 @@ def main() -> int:
                                       "rollout": {"concurrency": 4, "seeding": "episode"}})
     tokenizer = AutoTokenizer.from_pretrained(policy)
     base = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
-    actor = ppo.make_actor(base, c.lora, 0)
-    trainer = ppo.PPOTrainer(actor, critic.load_value_model(work / "critic"), c, 0)
+    actor = ppo_update.make_actor(base, c.lora, 0)
+    trainer = ppo_update.PPOTrainer(actor, critic.load_value_model(work / "critic"), c, 0)
     c = config.as_dict(c)  # from here on: what the report and the TRL side read
     batches: dict[int, list] = {}  # step -> the kept samples its update got (run_step does not return them)
     update_cpu_s: dict[int, float] = {}  # step -> CPU seconds of its update (robust to a loaded machine)

@@ -82,7 +82,7 @@ def timed(engine, prompts, new_tokens: int, seed: int, repeats: int) -> dict:
 def episodes_run(engine, pairs, sandbox, agent: dict, name: str) -> dict:
     """One real rollout of `pairs`; episodes/min, generated tokens/s, generation vs sandbox time."""
     from forgeline.agent.rollout import rollout
-    from forgeline.train.ppo import GenerationClock
+    from forgeline.policy.engine import GenerationClock
 
     clock = GenerationClock(engine)
     t0 = time.perf_counter()

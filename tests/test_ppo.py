@@ -20,7 +20,7 @@ from forgeline.config import Config  # noqa: E402
 from forgeline.params import AdapterConfig  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
-from forgeline.train import critic, ppo  # noqa: E402
+from forgeline.train import critic, ppo, ppo_checkpoints, ppo_update  # noqa: E402
 
 from embedded import PARAMS  # noqa: E402
 from test_critic import make_tasks  # noqa: E402
@@ -52,12 +52,12 @@ def test_ppo_updates_raise_a_synthetic_reward(tok):
         lm.get_input_embeddings().weight.mul_(10.0)
     u = torch.randn(lm.config.hidden_size, generator=torch.Generator().manual_seed(5))
     in_s = (lm.get_input_embeddings().weight @ u > 0).tolist()
-    actor = ppo.make_actor(lm, AdapterConfig(r=8, alpha=16, dropout=0.0,
+    actor = ppo_update.make_actor(lm, AdapterConfig(r=8, alpha=16, dropout=0.0,
                                              target_modules=list(tiny.LORA_TARGET_MODULES)), seed=1)
     value = critic.value_model(tiny_lm(tok, seed=12).model, init_value=0.5)
     cfg = config.merged(PPO, {"actor_lr": 1e-2, "critic_lr": 1e-2, "minibatches": 2, "ppo_epochs": 2,
                               "kl_coef": 0.001, "entropy_coef": 0.0})
-    trainer = ppo.PPOTrainer(actor, value, cfg, seed=3)
+    trainer = ppo_update.PPOTrainer(actor, value, cfg, seed=3)
     engine = HFEngine(actor, tok)
     prompt = tok.encode("def add(a, b):", add_special_tokens=False)
 
@@ -90,14 +90,14 @@ def test_trainer_log_probs_are_those_the_tokens_were_sampled_from(tok):
     lm = tiny_lm(tok)
     with torch.no_grad():
         lm.get_input_embeddings().weight.mul_(10.0)  # logits far from flat, so T matters
-    actor = ppo.make_actor(lm, AdapterConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"]), seed=1)
+    actor = ppo_update.make_actor(lm, AdapterConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"]), seed=1)
     value = critic.value_model(tiny_lm(tok, seed=12).model)
     prompt = tok.encode("def add(a, b):", add_special_tokens=False)
     actor.eval()
     gens = HFEngine(actor, tok).generate([prompt] * 3, 6, 0.6, 1.0, seed=4)
     cfg = PPO
-    tempered = ppo.PPOTrainer(actor, value, cfg, seed=0, temperature=0.6)
-    plain = ppo.PPOTrainer(actor, value, cfg, seed=0)
+    tempered = ppo_update.PPOTrainer(actor, value, cfg, seed=0, temperature=0.6)
+    plain = ppo_update.PPOTrainer(actor, value, cfg, seed=0)
     for i, g in enumerate(gens):
         n = len(g.token_ids)
         sample = {"key": f"s{i}", "tokens": prompt + g.token_ids, "action_mask": [0] * len(prompt) + [1] * n,
@@ -106,7 +106,7 @@ def test_trainer_log_probs_are_those_the_tokens_were_sampled_from(tok):
         assert torch.allclose(tempered.action_logprobs(sample), sampled, atol=1e-4)
         assert not torch.allclose(plain.action_logprobs(sample), sampled, atol=1e-2)
     with pytest.raises(ValueError, match="temperature"):
-        ppo.PPOTrainer(actor, value, cfg, seed=0, temperature=0.0)
+        ppo_update.PPOTrainer(actor, value, cfg, seed=0, temperature=0.0)
 
 
 def test_pure_parts():
@@ -115,7 +115,7 @@ def test_pure_parts():
     assert [iid for iid, _ in pairs[:6:2]] and pairs == ppo.step_pairs(["c", "a", "b"], 4, 9, 5, 2)
     assert {iid for iid, _ in pairs[:6]} == {"a", "b", "c"}  # a whole shuffle before any repeat
     assert pairs != ppo.step_pairs(["a", "b", "c"], 5, 9, 5, 2)
-    mbs = ppo.minibatches(7, 3, 1, 1, "actor", 0)
+    mbs = ppo_update.minibatches(7, 3, 1, 1, "actor", 0)
     assert sorted(i for mb in mbs for i in mb) == list(range(7)) and [len(m) for m in mbs] == [3, 2, 2]
     rec = {"instance_id": "x", "seed": 1, "outcome": "failed", "tokens": [1, 2], "action_mask": [0, 1],
            "validity": {"outcome": True, "labels": False, "trajectory": True, "alignment": False}}
@@ -227,7 +227,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     try:
         ppo.run(Config(data=world["data"]), _args(world, out, stop_after=1))
         [run_dir] = (tmp_path / "adapter-checkpoints").iterdir()  # one folder per fingerprint
-        assert not out.exists() and ppo.latest_checkpoint(run_dir).name == "step-000001"
+        assert not out.exists() and ppo_checkpoints.latest_checkpoint(run_dir).name == "step-000001"
         ppo.run(Config(data=world["data"]), _args(world, out))
     finally:
         mp.undo()
@@ -249,7 +249,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     dirs = sorted((tmp_path / "adapter-checkpoints").iterdir())
     assert run_dir in dirs and len(dirs) == 2
     [new_dir] = [d for d in dirs if d != run_dir]
-    assert ppo.latest_checkpoint(new_dir).name == "step-000001"
+    assert ppo_checkpoints.latest_checkpoint(new_dir).name == "step-000001"
 
 
 def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):
@@ -291,9 +291,10 @@ def test_adapter_loads_with_peft_auto_classes_from_any_directory(tok, tmp_path, 
     monkeypatch.chdir(project)
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained("results/policy/sft")  # as the rule passes it
-    actor = ppo.make_actor(base, PARAMS.train.ppo.lora, seed=1)
-    ppo.save_adapter(actor, "results/adapter", ppo.base_reference("results/policy/sft", PARAMS.policy.base))
-    ppo.save_adapter(actor, "results/adapter-as-peft-wrote-it")
+    actor = ppo_update.make_actor(base, PARAMS.train.ppo.lora, seed=1)
+    ppo_checkpoints.save_adapter(actor, "results/adapter",
+                                 ppo_checkpoints.base_reference("results/policy/sft", PARAMS.policy.base))
+    ppo_checkpoints.save_adapter(actor, "results/adapter-as-peft-wrote-it")
     recorded = json.loads((project / "results/adapter/adapter_config.json").read_text())
     assert recorded["base_model_name_or_path"] == str(policy)
     elsewhere = tmp_path / "elsewhere"
@@ -312,5 +313,5 @@ def test_adapter_loads_with_peft_auto_classes_from_any_directory(tok, tmp_path, 
     assert load("adapter-as-peft-wrote-it").returncode != 0  # PEFT's own relative record
     pinned = config.merged(PARAMS.policy.base, {"source": "hub", "hub": {"repo_id": "org/agent-8b",
                                                                          "revision": "a" * 40}})
-    assert ppo.base_reference("results/policy/hub", pinned) == {
+    assert ppo_checkpoints.base_reference("results/policy/hub", pinned) == {
         "base_model_name_or_path": "org/agent-8b", "revision": "a" * 40}

@@ -9,6 +9,8 @@
 
 `open_engine` picks one for a stage from `--engine`/`--base-url` or the config's `serving`
 section; with `vllm` it starts the server (forgeline.policy.serve) for the stage's run.
+`open_adapter_server` does the same for a trainer whose LoRA adapter changes every step, and
+`GenerationClock` measures how long an engine was generating.
 
 The contract both keep:
 - prompts are token-id lists (what the agent loop holds) or strings (tokenized without extra
@@ -459,3 +461,61 @@ def open_engine(args: argparse.Namespace, serving: ServingConfig, dtype: str = "
             load_lora_adapter(engine, name, args.policy)
         yield engine, name, {"kind": "vllm-adapter" if adapter else "vllm", "path": str(args.policy),
                              **({"base": str(model)} if adapter else {}), "startup_s": round(server.startup_s, 1)}
+
+
+@contextlib.contextmanager
+def open_adapter_server(serving: ServingConfig, base: str | Path, seed: int, base_url: str | None = None,
+                        served_model: str | None = None):
+    """`with open_adapter_server(cfg.serving, policy, seed, args.base_url, args.served_model) as
+    (kind, url, model):` where a trainer's policy (`base` + the LoRA adapter it trains) generates.
+    kind "openai" (`base_url` given, or serving.engine openai): the server at `base_url`, else
+    serving.base_url, serving the base as `model`; "vllm": a server of `base` on 127.0.0.1 for
+    the block (seeded with `seed`, LoRA enabled), model "base"; "hf": url None, the trainer
+    generates in its own process. The trainer loads each step's adapter into a server with
+    `forgeline.policy.serve.load_lora_adapter`."""
+    kind = "openai" if base_url else serving.engine
+    if kind == "openai" and not base_url:
+        base_url, served_model = serving.base_url, serving.served_model
+    if kind != "vllm":
+        yield kind, base_url, served_model
+        return
+    from forgeline.policy.serve import VLLMServer, serve_options
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise SystemExit("serving.engine vllm starts one server per process; under torchrun "
+                         "start one yourself and use engine openai (serving.base_url)")
+    # the base policy, with the trainer's adapter loaded into it at run time
+    options = serve_options(serving.vllm, seed, enable_lora=True)
+    with VLLMServer(base, "base", options, startup_timeout_s=float(serving.vllm.startup_timeout_s)) as url:
+        yield kind, url, "base"
+
+
+class GenerationClock:
+    """An engine wrapper that records when generation was in progress: the length of the union
+    of its generate() intervals is the step's generation time (threads of one rollout wait on
+    each other inside the engine, so summing per-episode times would count the waits)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self.intervals: list[tuple[float, float]] = []
+
+    def __getattr__(self, name):  # tokenizer, model (the context limit), ...
+        return getattr(self.engine, name)
+
+    def generate(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self.engine.generate(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.intervals.append((t0, time.perf_counter()))
+
+    def busy_s(self) -> float:
+        """Seconds during which at least one generate() call was running."""
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.intervals):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total

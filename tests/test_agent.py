@@ -13,7 +13,7 @@ import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
-from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, trajectory  # noqa: E402
+from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, tools, trajectory  # noqa: E402
 from forgeline import config  # noqa: E402
 from forgeline.agent.episode import run_episode  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
@@ -172,7 +172,7 @@ def test_fix_arguments_line_scoped_where_one_line_changed():
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
     line, old, new = oracle.line_fix(hunk)
     assert line == 2 and buggy.splitlines()[1].count(old) == 1 and len(old) < 8
-    assert ep_mod.apply_edit(buggy, old, new, line) == clean
+    assert tools.apply_edit(buggy, old, new, line) == clean
     buggy = clean.replace("a - b", "a + b")
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
     assert oracle.line_fix(hunk) == (3, "+", "-")
@@ -183,12 +183,12 @@ def test_fix_arguments_line_scoped_where_one_line_changed():
     hunk = oracle.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]
     assert oracle.line_fix(hunk) is None and "line" not in oracle.fix_arguments("p/m.py", hunk, removed)
     # with `line`, the nearest line that holds `old` once (the earlier of two as near)
-    assert ep_mod.apply_edit(clean, "a", "c", 9) is None          # no line 9
-    assert ep_mod.apply_edit(clean, "zz", "c", 2) is None         # in no line
-    assert ep_mod.apply_edit(clean, "b", "c", 2) == clean.replace("f(a, b)", "f(a, c)")  # twice in line 2
-    assert ep_mod.apply_edit(clean, "<=", "<", 3) == clean.replace("<=", "<")
-    assert ep_mod.apply_edit(clean, "return", "yield", 3) == clean.replace("return a", "yield a")
-    assert ep_mod.apply_edit(clean, "    ", "  ", 1) == clean.replace("    if", "  if")  # lines 2, 3 ...
+    assert tools.apply_edit(clean, "a", "c", 9) is None          # no line 9
+    assert tools.apply_edit(clean, "zz", "c", 2) is None         # in no line
+    assert tools.apply_edit(clean, "b", "c", 2) == clean.replace("f(a, b)", "f(a, c)")  # twice in line 2
+    assert tools.apply_edit(clean, "<=", "<", 3) == clean.replace("<=", "<")
+    assert tools.apply_edit(clean, "return", "yield", 3) == clean.replace("return a", "yield a")
+    assert tools.apply_edit(clean, "    ", "  ", 1) == clean.replace("    if", "  if")  # lines 2, 3 ...
 
 
 def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
@@ -219,7 +219,7 @@ def test_scan_edits_are_the_generators_edits_of_the_window_in_source_order():
     made = []
     for e in scan:
         assert set(e) == {"path", "line", "old", "new"} and 2 <= e["line"] <= 4
-        out = ep_mod.apply_edit(buggy, e["old"], e["new"], e["line"])
+        out = tools.apply_edit(buggy, e["old"], e["new"], e["line"])
         assert out is not None and out != buggy and out not in made
         made.append(out)
         assert out.endswith("return x + 1\n")  # g() lies outside the window
@@ -238,7 +238,7 @@ def test_scan_reaches_a_negated_condition_whose_fix_leaves_the_parentheses():
     buggy = clean.replace("if a < b:", "if not (a < b):")
     scan = oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
     assert scan is not None and scan[-1]["new"] == "" and scan[-1]["old"].startswith("not")
-    assert ep_mod.apply_edit(buggy, scan[-1]["old"], "", scan[-1]["line"]) == clean.replace("a < b", "(a < b)")
+    assert tools.apply_edit(buggy, scan[-1]["old"], "", scan[-1]["line"]) == clean.replace("a < b", "(a < b)")
     assert oracle.same_program("x = (a < b)\n", "x = a < b\n")
     assert not oracle.same_program("x = (a or b) and c\n", "x = a or b and c\n")
     assert not oracle.same_program(None, "x = 1\n") and not oracle.same_program("x = (\n", "x = 1\n")
@@ -287,9 +287,9 @@ def test_scripted_policies(case, world, tok, sandbox):
     engine = ScriptedEngine.replay(tok, {task["problem_statement"]: scripts})
     limits = {"max_new_tokens": 128, "max_steps": 5}
     if case == "context":
-        first = [{"role": "system", "content": ep_mod.system_prompt(task)},
-                 {"role": "user", "content": ep_mod.user_prompt(task)}]
-        limits["context_limit"] = len(render_ids(tok, first, ep_mod.tool_schemas(CONFIG_TOOLS))) + 128 + 120
+        first = [{"role": "system", "content": tools.system_prompt(task)},
+                 {"role": "user", "content": tools.user_prompt(task)}]
+        limits["context_limit"] = len(render_ids(tok, first, tools.tool_schemas(CONFIG_TOOLS))) + 128 + 120
     rec = run_episode(task, 0, engine, sandbox, config.merged(CFG, limits),
                       env=world["envs"]["alpha"], tokenizer=tok, policy="scripted")
     labels = [t["labels"] for t in rec["turns"]]
@@ -309,7 +309,7 @@ def test_scripted_policies(case, world, tok, sandbox):
             ["invalid_json", None, "missing_argument"]
         assert not any(lab["well_formed_call"] for lab in labels)
         assert all(t["process_reward"] < 0 for t in rec["turns"])
-        assert rec["messages"][5] == {"role": "user", "content": ep_mod.NO_CALL_MESSAGE}
+        assert rec["messages"][5] == {"role": "user", "content": tools.NO_CALL_MESSAGE}
     elif case == "context":
         assert rec["outcome"] == "context_exceeded" and 1 <= rec["stats"]["steps"] < 5
         last_prompt = rec["turns"][-1]["prompt_tokens"]
@@ -323,22 +323,22 @@ def test_scripted_policies(case, world, tok, sandbox):
 def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
     new = 'x = "$HOME `id` \'q\' \\n ü"\n    """Sum."""'
     with sandbox.session(world["envs"]["alpha"], []) as s:
-        res = s.exec(ep_mod.edit_command("alpha/__init__.py", '    """Sum."""', "    " + new), 20)
+        res = s.exec(tools.edit_command("alpha/__init__.py", '    """Sum."""', "    " + new), 20)
         assert (res.exit_code, res.output) == (0, "edited alpha/__init__.py\n")
         text = s.exec("cat alpha/__init__.py", 20).output
         assert text.startswith("def add(a, b):\n    " + new + "\n    return a + b\n")
-        twice = s.exec(ep_mod.edit_command("alpha/__init__.py", "return", "yield"), 20)
+        twice = s.exec(tools.edit_command("alpha/__init__.py", "return", "yield"), 20)
         assert twice.exit_code == 1 and "occurs 4 times" in twice.output
-        missing = s.exec(ep_mod.edit_command("nope.py", "a", "b"), 20)
+        missing = s.exec(tools.edit_command("nope.py", "a", "b"), 20)
         assert missing.exit_code == 1 and "cannot read nope.py" in missing.output
         assert "x = " in s.diff() and "nope" not in s.diff()
         # a path without its folder, where one file of the repository has that name
-        moved = s.exec(ep_mod.edit_command("./test_alpha.py", "add(2, 3) == 5", "add(3, 2) == 5"), 20)
+        moved = s.exec(tools.edit_command("./test_alpha.py", "add(2, 3) == 5", "add(3, 2) == 5"), 20)
         assert (moved.exit_code, moved.output) == (0, "edited ./tests/test_alpha.py\n")
         assert "add(3, 2) == 5" in s.exec("cat tests/test_alpha.py", 20).output
         s.exec("cp alpha/__init__.py alpha/copy.py && cp alpha/__init__.py copy.py", 20)
         s.exec("mkdir -p other && cp alpha/__init__.py other/copy.py", 20)
-        two = s.exec(ep_mod.edit_command("./x/copy.py", "a", "b"), 20)
+        two = s.exec(tools.edit_command("./x/copy.py", "a", "b"), 20)
         assert two.exit_code == 1 and "cannot read ./x/copy.py" in two.output
 
     # with `line`: the script does what its pure twin does, and says where it edited
@@ -348,9 +348,9 @@ def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
                                       (9, "x", "y", "edited alpha/__init__.py at line 8"),
                                       (2, "zz", "y", "edit failed: no line of alpha/__init__.py holds old")]:
         with sandbox.session(world["envs"]["alpha"], []) as s:
-            res = s.exec(ep_mod.edit_command("alpha/__init__.py", old, new_text, line), 20)
+            res = s.exec(tools.edit_command("alpha/__init__.py", old, new_text, line), 20)
             assert res.output.startswith(said)
-            expected = ep_mod.apply_edit(source, old, new_text, line)
+            expected = tools.apply_edit(source, old, new_text, line)
             assert s.exec("cat alpha/__init__.py", 20).output == (expected if expected is not None else source)
 
 
@@ -369,21 +369,21 @@ def test_outcome_mapping(world, tok, sandbox):
 
 
 def test_tool_helpers():
-    assert ep_mod.normalize_pytest("..    [100%]\n=== 1 failed, 2 passed in 0.31s ===\n3 passed in 12.00s (0:00:12)") == \
+    assert tools.normalize_pytest("..    [100%]\n=== 1 failed, 2 passed in 0.31s ===\n3 passed in 12.00s (0:00:12)") == \
         ".. [100%]\n=== 1 failed, 2 passed ===\n3 passed"
-    assert ep_mod.truncate("a" * 50 + "b" * 50, 20) == "a" * 10 + "\n[... 80 characters cut ...]\n" + "b" * 10
-    assert ep_mod.looks_like_error("Traceback (most recent call last):\n  x\nValueError: no")
-    assert ep_mod.looks_like_error("bash: line 1: foo: command not found")
-    assert not ep_mod.looks_like_error("    raise ValueError(x)\nerror_count = 0\nE   assert 1 == 2")
+    assert tools.truncate("a" * 50 + "b" * 50, 20) == "a" * 10 + "\n[... 80 characters cut ...]\n" + "b" * 10
+    assert tools.looks_like_error("Traceback (most recent call last):\n  x\nValueError: no")
+    assert tools.looks_like_error("bash: line 1: foo: command not found")
+    assert not tools.looks_like_error("    raise ValueError(x)\nerror_count = 0\nE   assert 1 == 2")
     f2p = ["tests/test_a.py::test_x", "tests/test_a.py::test_y"]
-    assert ep_mod.f2p_passing("ls", "2 passed", f2p) is None
-    assert ep_mod.f2p_passing("python3 -m pytest -q tests/test_a.py", "..\n2 passed\n", f2p) == 2
-    assert ep_mod.f2p_passing("pytest -q", "F.\nFAILED tests/test_a.py::test_x - assert 0\n1 failed, 1 passed\n", f2p) == 1
-    assert ep_mod.f2p_passing("pytest -q -x", "F\nFAILED tests/test_a.py::test_x - assert 0\n1 failed\n", f2p) == 0
+    assert tools.f2p_passing("ls", "2 passed", f2p) is None
+    assert tools.f2p_passing("python3 -m pytest -q tests/test_a.py", "..\n2 passed\n", f2p) == 2
+    assert tools.f2p_passing("pytest -q", "F.\nFAILED tests/test_a.py::test_x - assert 0\n1 failed, 1 passed\n", f2p) == 1
+    assert tools.f2p_passing("pytest -q -x", "F\nFAILED tests/test_a.py::test_x - assert 0\n1 failed\n", f2p) == 0
     # -rN: failures without their names, so which F2P tests pass is unknown; all passing is known
-    assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", "F. [100%]\n1 failed, 1 passed\n", f2p) is None
-    assert ep_mod.f2p_passing("python3 -m pytest -q --tb=no -rN", ".. [100%]\n2 passed\n", f2p) == len(f2p)
-    assert ep_mod.f2p_passing("pytest tests/test_b.py", "3 passed\n", f2p) == 0
+    assert tools.f2p_passing("python3 -m pytest -q --tb=no -rN", "F. [100%]\n1 failed, 1 passed\n", f2p) is None
+    assert tools.f2p_passing("python3 -m pytest -q --tb=no -rN", ".. [100%]\n2 passed\n", f2p) == len(f2p)
+    assert tools.f2p_passing("pytest tests/test_b.py", "3 passed\n", f2p) == 0
     with pytest.raises(config.ConfigError, match="unknown key 'max_stepz' .did you mean 'max_steps'"):
         config.merged(CFG, {"max_stepz": 3})
 

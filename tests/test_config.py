@@ -121,8 +121,8 @@ def test_every_field_says_what_it_is_in_one_line():
 
 
 def test_closed_choices_match_the_code_that_acts_on_them():
-    from forgeline.agent.episode import AGENT_TOOLS
     from forgeline.agent.rewards import LABELS, OUTCOMES
+    from forgeline.agent.tools import AGENT_TOOLS
     from forgeline.tasks.mutations import KINDS
     assert typing.get_args(params.Mutation) == tuple(KINDS)
     assert set(typing.get_args(params.Tool)) == set(AGENT_TOOLS)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 MAX_SEED = 2**32 - 1  # numpy seeds are < 2**32
 
 # The procedural bug kinds (forgeline.tasks.mutations.KINDS) and the agent's tools
-# (forgeline.agent.episode.AGENT_TOOLS); tests/test_config.py checks both lists against those.
+# (forgeline.agent.tools.AGENT_TOOLS); tests/test_config.py checks both lists against those.
 Mutation = Literal["op_swap", "cmp_boundary", "bool_flip", "remove_stmt", "arg_swap", "const_change",
                    "invert_if"]
 Tool = Literal["bash", "edit", "submit"]

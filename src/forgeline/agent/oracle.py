@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import IM_END, apply_edit, run_episode, task_env
+from forgeline.agent.episode import run_episode, task_env
+from forgeline.agent.tools import IM_END, apply_edit
 from forgeline.agent.trajectory import export_trajectories
 from forgeline.config import as_dict
 from forgeline.params import AgentConfig

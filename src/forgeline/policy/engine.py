@@ -463,22 +463,22 @@ def open_engine(args: argparse.Namespace, serving: ServingConfig, dtype: str = "
                              **({"base": str(model)} if adapter else {}), "startup_s": round(server.startup_s, 1)}
 
 
-@contextlib.contextmanager
-def open_adapter_server(serving: ServingConfig, base: str | Path, seed: int, base_url: str | None = None,
-                        served_model: str | None = None):
-    """`with open_adapter_server(cfg.serving, policy, seed, args.base_url, args.served_model) as
-    (kind, url, model):` where a trainer's policy (`base` + the LoRA adapter it trains) generates.
-    kind "openai" (`base_url` given, or serving.engine openai): the server at `base_url`, else
-    serving.base_url, serving the base as `model`; "vllm": a server of `base` on 127.0.0.1 for
-    the block (seeded with `seed`, LoRA enabled), model "base"; "hf": url None, the trainer
-    generates in its own process. The trainer loads each step's adapter into a server with
-    `forgeline.policy.serve.load_lora_adapter`."""
+def open_adapter_server(stack: contextlib.ExitStack, serving: ServingConfig, base: str | Path, seed: int,
+                        base_url: str | None = None, served_model: str | None = None
+                        ) -> tuple[str, str | None, str | None]:
+    """Where a trainer's policy (`base` + the LoRA adapter it trains) generates: (kind, url,
+    model). kind "openai" (`base_url` given, or serving.engine openai): the server at `base_url`,
+    else serving.base_url, serving the base as `model`; "vllm": a server of `base` on 127.0.0.1
+    (seeded with `seed`, LoRA enabled), model "base", stopped when `stack` closes; "hf": url
+    None, the trainer generates in its own process. The trainer loads each step's adapter into a
+    server with `forgeline.policy.serve.load_lora_adapter`. (A plain function, not a decorated
+    context manager: a decorator runs on import, and every stage importing this module would
+    count this code as its own.)"""
     kind = "openai" if base_url else serving.engine
     if kind == "openai" and not base_url:
         base_url, served_model = serving.base_url, serving.served_model
     if kind != "vllm":
-        yield kind, base_url, served_model
-        return
+        return kind, base_url, served_model
     from forgeline.policy.serve import VLLMServer, serve_options
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -486,8 +486,9 @@ def open_adapter_server(serving: ServingConfig, base: str | Path, seed: int, bas
                          "start one yourself and use engine openai (serving.base_url)")
     # the base policy, with the trainer's adapter loaded into it at run time
     options = serve_options(serving.vllm, seed, enable_lora=True)
-    with VLLMServer(base, "base", options, startup_timeout_s=float(serving.vllm.startup_timeout_s)) as url:
-        yield kind, url, "base"
+    url = stack.enter_context(VLLMServer(base, "base", options,
+                                         startup_timeout_s=float(serving.vllm.startup_timeout_s)))
+    return kind, url, "base"
 
 
 class GenerationClock:

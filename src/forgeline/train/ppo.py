@@ -42,6 +42,7 @@ the policy generates (in process, or a vLLM server the adapter is loaded into ea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import random
@@ -225,8 +226,10 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
 
 def run(cfg, args: argparse.Namespace) -> None:
     try:
-        with open_adapter_server(cfg.serving, args.policy, stage_seed(cfg.seed, STAGE), args.base_url,
-                                 args.served_model) as (kind, base_url, served_model):
+        with contextlib.ExitStack() as stack:
+            kind, base_url, served_model = open_adapter_server(stack, cfg.serving, args.policy,
+                                                               stage_seed(cfg.seed, STAGE), args.base_url,
+                                                               args.served_model)
             _run(cfg, args, kind, base_url, served_model)
     finally:
         teardown_distributed()

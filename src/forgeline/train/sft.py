@@ -12,7 +12,7 @@ Data (never a pool or panel repository: asserted):
   top to bottom, each followed by the test call that takes it back when the suite fails,
   until the fix -> `submit`), with the tool outputs
   written the way the agent writes them (`exit code: N\\n` + output, cut by
-  `episode.truncate`; `edited PATH`). There are no tests to run: a test run's output is
+  `tools.truncate`; `edited PATH`). There are no tests to run: a test run's output is
   synthesised in pytest's shape (`suite_output`), failing (and `git checkout .`'s line) after a
   wrong edit, passing after the fix.
   A `synthetic.recovery` share first shows one turn broken or, for an edit, failed
@@ -44,13 +44,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from forgeline.agent.episode import (IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, apply_edit,
-                                     tool_schemas,
-                                     truncate)
 from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
                                     _first_changed_line, find_function_command, fix_arguments,
                                     grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
                                     shown_path)
+from forgeline.agent.tools import IM_END, NO_CALL_MESSAGE, SYSTEM_PROMPT, apply_edit, tool_schemas, truncate
 from forgeline.config import as_dict
 from forgeline.params import SftConfig
 from forgeline.plots import figure, save_png

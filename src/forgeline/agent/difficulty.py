@@ -1,7 +1,8 @@
 """Stage `difficulty`: keep the pool tasks the base (SFT) policy solves sometimes.
 
-For each validated candidate task of the RL pool, `k` episodes of the policy (the in-process
-HF engine) with fixed seeds through `forgeline.agent.rollout` (resumable partial record);
+For each validated candidate task of the RL pool, `k` episodes of the policy (the config's
+`serving` engine) with fixed seeds through `forgeline.agent.rollout.run_policy_on_tasks`
+(resumable partial record);
 c = resolved episodes of n = k. A task is kept when its success fraction c/n lies inside the
 band [lo, hi] (inclusive; params.yaml: 1/4..3/4): a task the policy always or never solves gives
 PPO no signal (GRPO-style advantages are zero). pass@k is reported with the unbiased
@@ -27,13 +28,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from forgeline.agent.rewards import summarize
-from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.agent.rollout import run_policy_on_tasks, sample_seeds
 from forgeline.config import as_dict
 from forgeline.params import RewardConfig
-from forgeline.policy.engine import open_engine
+from forgeline.policy.engine import PolicySpec
 from forgeline.provenance import Manifest, read_jsonl, write_json, write_jsonl
-from forgeline.sandbox import get_sandbox
-from forgeline.seeds import stage_seed
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
 
@@ -182,17 +181,11 @@ def run(cfg, args: argparse.Namespace) -> None:
     out = Path(args.out)
     episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
     partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-    serving = cfg.serving
     manifest = Manifest(stage=STAGE, params={"tasks.difficulty": as_dict(d), "agent": as_dict(a),
-                                             "serving": as_dict(serving)},
+                                             "serving": as_dict(cfg.serving)},
                         seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=__name__)
-    pairs = [(t, s) for t in tasks for s in seeds]
-    policy = argparse.Namespace(policy=args.policy, base=None, name=None, engine=None, base_url=None,
-                                model=None, tokenizer=None)
-    with manifest.timed("rollout"), \
-            open_engine(policy, serving, seed=stage_seed(cfg.seed, STAGE)) as (engine, name, _):
-        episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), a, repos_root=repos_root,
-                           record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
+    done = run_policy_on_tasks(cfg, STAGE, PolicySpec(policy=args.policy), tasks, seeds, partial, manifest=manifest)
+    episodes, name = done.episodes, done.name
     rep = report(episodes, k, d.band, a.reward, skipped)
     timing = {key: rep.pop(key) for key in ("mean_episode_wall_s", "mean_episode_generate_s")}
     kept = set(rep["kept"])

@@ -26,16 +26,22 @@ process-backend paths can make any run differ; tool outputs have pytest's durati
 Resuming: the record file holds one JSON line per finished episode, keyed by (instance_id,
 seed); a restarted rollout reloads it (a torn last line is dropped), checks that the records
 were made with the same agent config and policy, and runs only what is missing.
+
+`run_policy_on_tasks` is what every stage that runs a policy on tasks calls (this module's
+`agent-rollout`, `difficulty`, `evaluate`): the engine opened from a `PolicySpec`, every task x
+every seed, the config's sandbox, agent config and repositories, a resumable record.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -43,9 +49,9 @@ from tqdm import tqdm
 
 from forgeline.agent.episode import Episode, config_digest, effective_context_limit, task_env
 from forgeline.agent.rewards import summarize
-from forgeline.policy.engine import Engine, add_engine_arguments, open_engine
 from forgeline.config import as_dict
 from forgeline.params import AgentConfig
+from forgeline.policy.engine import Engine, PolicySpec, add_engine_arguments, open_engine
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
@@ -226,12 +232,45 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     return [records[k] for k in sorted(records) if k in keyset]
 
 
-# -- the stage ------------------------------------------------------------------------------
+# -- a policy on tasks (what the generating stages share) ------------------------------------
 
 def sample_seeds(root_seed: int, n: int) -> list[int]:
     """The episode seeds of samples 0..n-1: derive_seed(root, "agent.sample", k). Two policies
     evaluated with the same root seed get the same seeds (paired evaluation)."""
     return [derive_seed(root_seed, "agent.sample", k) for k in range(n)]
+
+
+@dataclass
+class PolicyRun:
+    """What `run_policy_on_tasks` ran: the episode records (sorted by (instance_id, seed)), the
+    policy's name in them, what the engine loaded (`open_engine`'s `loaded`) and the engine's
+    class name."""
+
+    episodes: list[dict]
+    name: str
+    loaded: dict
+    engine: str
+
+
+def run_policy_on_tasks(cfg, stage: str, policy: PolicySpec, tasks: Sequence[Mapping[str, Any]],
+                        seeds: Sequence[int], record_path: str | Path, *, dtype: str = "float32",
+                        manifest: Manifest | None = None) -> PolicyRun:
+    """Episodes of `policy` on every task x every seed (the pairs (task, seed), task-major), with
+    the config's agent section, sandbox and repositories (`cfg`: the typed config). The engine
+    comes from `open_engine` (seeded with stage_seed(cfg.seed, `stage`); a vLLM server lives
+    for this call only); `record_path` is the resumable record (`rollout`); `manifest`, if given,
+    times the rollout under "rollout"."""
+    with open_engine(policy, cfg.serving, dtype, seed=stage_seed(cfg.seed, stage)) as (engine, name, loaded):
+        pairs = [(t, s) for t in tasks for s in seeds]
+        log.info("%s: %s (%s) on %d tasks x %d seed(s)", stage, name, loaded["kind"], len(tasks), len(seeds))
+        with manifest.timed("rollout") if manifest is not None else contextlib.nullcontext():
+            episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), cfg.agent, repos_root=cfg.repos.root,
+                               record_path=record_path, policy=name,
+                               test_timeout_s=float(cfg.sandbox.test_timeout_s))
+    return PolicyRun(episodes, name, loaded, type(engine).__name__)
+
+
+# -- the stage ------------------------------------------------------------------------------
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,23 +290,18 @@ def run(cfg, args: argparse.Namespace) -> None:
 
     c = cfg.agent
     torch.set_num_threads(max(1, args.threads))
-    serving = cfg.serving
-    with open_engine(args, serving, seed=stage_seed(cfg.seed, STAGE)) as (engine, name, loaded):
-        tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
-        seeds = sample_seeds(cfg.seed, args.samples)
-        pairs = [(t, s) for t in tasks for s in seeds]
-        out = Path(args.out)
-        partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-        inputs = [*args.tasks] + ([args.policy] if args.policy else [])
-        manifest = Manifest(stage=STAGE, params={"agent": as_dict(c), "serving": as_dict(serving)},
-                            seeds={"samples": seeds}, inputs=inputs,
-                            code=__name__)
-        with manifest.timed("rollout"):
-            records = rollout(pairs, engine, get_sandbox(cfg.sandbox), c, repos_root=cfg.repos.root,
-                              record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
-        write_jsonl(out, records)
-        manifest.notes = {"policy": name, "engine": type(engine).__name__, "loaded": loaded, "pairs": len(pairs),
-                          "summary": summarize(records, c.reward),
-                          "ppo_valid": sum(r["ppo_valid"] for r in records)}
-        manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
+    tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])
+    seeds = sample_seeds(cfg.seed, args.samples)
+    out = Path(args.out)
+    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+    inputs = [*args.tasks] + ([args.policy] if args.policy else [])
+    manifest = Manifest(stage=STAGE, params={"agent": as_dict(c), "serving": as_dict(cfg.serving)},
+                        seeds={"samples": seeds}, inputs=inputs, code=__name__)
+    done = run_policy_on_tasks(cfg, STAGE, PolicySpec.from_args(args), tasks, seeds, partial, manifest=manifest)
+    records = done.episodes
+    write_jsonl(out, records)
+    manifest.notes = {"policy": done.name, "engine": done.engine, "loaded": done.loaded,
+                      "pairs": len(tasks) * len(seeds), "summary": summarize(records, c.reward),
+                      "ppo_valid": sum(r["ppo_valid"] for r in records)}
+    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out])
     partial.unlink(missing_ok=True)

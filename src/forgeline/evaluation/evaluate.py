@@ -27,13 +27,11 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgeline.agent.rollout import rollout, sample_seeds
+from forgeline.agent.rollout import run_policy_on_tasks, sample_seeds
 from forgeline.config import as_dict
-from forgeline.policy.engine import add_engine_arguments, open_engine
-from forgeline.provenance import Manifest, read_jsonl, write_jsonl
 from forgeline.params import EvaluationConfig
-from forgeline.sandbox import get_sandbox
-from forgeline.seeds import stage_seed
+from forgeline.policy.engine import PolicySpec, add_engine_arguments
+from forgeline.provenance import Manifest, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.evaluate"
@@ -103,29 +101,25 @@ def run(cfg, args: argparse.Namespace) -> None:
     ids = [t["instance_id"] for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"panel {panel}: duplicate instance_id in {args.tasks}")
-    serving = cfg.serving
-    with open_engine(args, serving, str(ev.dtype), seed=stage_seed(cfg.seed, STAGE)) as (engine, name, loaded):
-        out = Path(args.out)
-        episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
-        partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
-        # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
-        inputs = [*args.tasks] + [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
-        manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev.seeds, "dtype": ev.dtype},
-                                                 "agent": as_dict(a), "serving": as_dict(serving)},
-                            seeds={"episodes": seeds}, inputs=inputs, code=__name__)
-        pairs = [(t, s) for t in tasks for s in seeds]
-        log.info("evaluate %s (%s) on panel %s: %d tasks x %d seed(s)", name, loaded["kind"], panel, len(tasks), len(seeds))
-        with manifest.timed("rollout"):
-            episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), a, repos_root=cfg.repos.root,
-                               record_path=partial, policy=name, test_timeout_s=float(cfg.sandbox.test_timeout_s))
-        results = task_results(episodes, name, panel)
-        write_jsonl(out, results)
-        write_jsonl(episodes_path, episodes)
-        resolved = sum(r["resolved"] for r in results)
-        manifest.notes = {"policy": name, "panel": panel, "loaded": loaded, "engine": type(engine).__name__,
-                          "episodes": len(results), "resolved": resolved,
-                          "success_rate": resolved / len(results) if results else 0.0,
-                          "wall_s_is_machine_dependent": True}
-        manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out, episodes_path])
+    out = Path(args.out)
+    episodes_path = Path(args.episodes) if args.episodes else out.with_name(out.stem + ".episodes.jsonl")
+    partial = Path(args.partial) if args.partial else out.with_name(out.name + ".partial")
+    manifest = Manifest(stage=STAGE, params={"evaluation": {"k": len(seeds), "seeds": ev.seeds, "dtype": ev.dtype},
+                                             "agent": as_dict(a), "serving": as_dict(cfg.serving)},
+                        seeds={"episodes": seeds}, inputs=[*args.tasks], code=__name__)
+    done = run_policy_on_tasks(cfg, STAGE, PolicySpec.from_args(args), tasks, seeds, partial, dtype=str(ev.dtype),
+                               manifest=manifest)
+    name, loaded = done.name, done.loaded
+    # what the results depend on: the panel, the weights (adapter and base) or the served tokenizer
+    manifest.inputs += [p for p in (loaded.get("path"), loaded.get("base"), loaded.get("tokenizer")) if p]
+    results = task_results(done.episodes, name, panel)
+    write_jsonl(out, results)
+    write_jsonl(episodes_path, done.episodes)
+    resolved = sum(r["resolved"] for r in results)
+    manifest.notes = {"policy": name, "panel": panel, "loaded": loaded, "engine": done.engine,
+                      "episodes": len(results), "resolved": resolved,
+                      "success_rate": resolved / len(results) if results else 0.0,
+                      "wall_s_is_machine_dependent": True}
+    manifest.write(args.manifest or out.with_suffix(".manifest.json"), outputs=[out, episodes_path])
     partial.unlink(missing_ok=True)
     log.info("evaluate %s on %s: %d/%d resolved", name, panel, resolved, len(results))

@@ -40,7 +40,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -400,7 +400,8 @@ def load_hf_policy(path: str | Path, base: str | None = None, dtype: str = "floa
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """The policy/engine options of every stage that generates (agent-rollout, evaluate)."""
+    """The policy/engine options of every stage that generates (agent-rollout, evaluate): the
+    fields of `PolicySpec`."""
     parser.add_argument("--policy", help="an HF model folder or a PEFT adapter folder")
     parser.add_argument("--base", help="base model folder of a PEFT adapter (default: its base_model_name_or_path)")
     parser.add_argument("--name", help="the policy's name in the records (default: folder or model name)")
@@ -412,54 +413,81 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="engine openai: the policy's tokenizer folder")
 
 
-def engine_from_args(args: argparse.Namespace, kind: str, dtype: str = "float32") -> tuple[Engine, str, dict]:
-    """(engine, policy name, what was loaded) from `add_engine_arguments`' options, for the
-    engines that need no server of their own (hf, openai)."""
+@dataclass(frozen=True)
+class PolicySpec:
+    """Which policy generates, and through which engine (None: the default `open_engine` picks)."""
+
+    policy: str | None = None
+    """an HF model folder or a PEFT adapter folder"""
+    base: str | None = None
+    """the base model folder of a PEFT adapter (default: its base_model_name_or_path)"""
+    name: str | None = None
+    """the policy's name in the records (default: the folder or model name)"""
+    engine: str | None = None
+    """hf | vllm | openai (default: openai with base_url, else the config's serving.engine)"""
+    base_url: str | None = None
+    """engine openai: the server"""
+    model: str | None = None
+    """engine openai: the served model's name"""
+    tokenizer: str | None = None
+    """engine openai: the policy's tokenizer folder"""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "PolicySpec":
+        """The spec `add_engine_arguments`' options give."""
+        return cls(policy=args.policy, base=args.base, name=args.name, engine=args.engine,
+                   base_url=args.base_url, model=args.model, tokenizer=args.tokenizer)
+
+
+def engine_from_spec(spec: PolicySpec, kind: str, dtype: str = "float32") -> tuple[Engine, str, dict]:
+    """(engine, policy name, what was loaded) for the engines that need no server of their own
+    (hf, openai)."""
     if kind == "hf":
-        if not args.policy:
+        if not spec.policy:
             raise SystemExit("engine hf: give --policy DIR (an HF model folder or a PEFT adapter folder)")
-        engine, info = load_hf_policy(args.policy, args.base, dtype)
-        return engine, args.name or Path(args.policy).name, info
-    if not (args.base_url and args.model and args.tokenizer):
+        engine, info = load_hf_policy(spec.policy, spec.base, dtype)
+        return engine, spec.name or Path(spec.policy).name, info
+    if not (spec.base_url and spec.model and spec.tokenizer):
         raise SystemExit("engine openai: give --base-url URL --model NAME --tokenizer DIR")
     from transformers import AutoTokenizer
 
-    engine = OpenAIEngine(args.base_url, args.model, tokenizer=AutoTokenizer.from_pretrained(args.tokenizer))
-    return engine, args.name or args.model, {"kind": "openai", "base_url": args.base_url, "model": args.model,
-                                             "tokenizer": args.tokenizer}
+    engine = OpenAIEngine(spec.base_url, spec.model, tokenizer=AutoTokenizer.from_pretrained(spec.tokenizer))
+    return engine, spec.name or spec.model, {"kind": "openai", "base_url": spec.base_url, "model": spec.model,
+                                             "tokenizer": spec.tokenizer}
 
 
 @contextlib.contextmanager
-def open_engine(args: argparse.Namespace, serving: ServingConfig, dtype: str = "float32", seed: int = 0):
-    """`with open_engine(args, cfg.serving) as (engine, name, loaded):` the
-    engine a generating stage runs, chosen by --engine, else --base-url (openai), else
-    `serving.engine`. Engine vllm starts a server on 127.0.0.1 for the block (seeded with `seed`)
-    and stops it after, also on errors; a PEFT adapter is served on its base with the adapter
-    loaded at run time, as PPO does."""
-    kind = args.engine or ("openai" if args.base_url else serving.engine)
-    if kind == "openai" and not args.base_url:
-        args.base_url, args.model = serving.base_url, args.model or serving.served_model
-        args.tokenizer = args.tokenizer or args.policy
+def open_engine(spec: PolicySpec, serving: ServingConfig, dtype: str = "float32", seed: int = 0):
+    """`with open_engine(spec, cfg.serving) as (engine, name, loaded):` the engine a generating
+    stage runs, chosen by `spec.engine`, else `spec.base_url` (openai), else `serving.engine`.
+    Engine openai without a base_url uses the server of `serving` (the served model, the
+    policy's tokenizer unless given). Engine vllm starts a server on 127.0.0.1 for the block
+    (seeded with `seed`) and stops it after, also on errors; a PEFT adapter is served on its base
+    with the adapter loaded at run time, as PPO does."""
+    kind = spec.engine or ("openai" if spec.base_url else serving.engine)
+    if kind == "openai" and not spec.base_url:
+        spec = replace(spec, base_url=serving.base_url, model=spec.model or serving.served_model,
+                       tokenizer=spec.tokenizer or spec.policy)
     if kind != "vllm":
-        yield engine_from_args(args, kind, dtype)
+        yield engine_from_spec(spec, kind, dtype)
         return
     from transformers import AutoTokenizer
 
     from forgeline.policy.serve import VLLMServer, load_lora_adapter, serve_options
 
-    if not args.policy:
+    if not spec.policy:
         raise SystemExit("engine vllm: give --policy DIR (an HF model folder or a PEFT adapter folder)")
-    adapter = is_adapter(args.policy)
-    model = adapter_base(json.loads((Path(args.policy) / ADAPTER_CONFIG).read_text(encoding="utf-8")),
-                         args.base) if adapter else args.policy
-    name = args.name or Path(args.policy).name
+    adapter = is_adapter(spec.policy)
+    model = adapter_base(json.loads((Path(spec.policy) / ADAPTER_CONFIG).read_text(encoding="utf-8")),
+                         spec.base) if adapter else spec.policy
+    name = spec.name or Path(spec.policy).name
     options = serve_options(serving.vllm, seed, enable_lora=adapter)
     server = VLLMServer(model, "base", options, startup_timeout_s=float(serving.vllm.startup_timeout_s))
     with server as url:
         engine = OpenAIEngine(url, "base", tokenizer=AutoTokenizer.from_pretrained(model))
         if adapter:
-            load_lora_adapter(engine, name, args.policy)
-        yield engine, name, {"kind": "vllm-adapter" if adapter else "vllm", "path": str(args.policy),
+            load_lora_adapter(engine, name, spec.policy)
+        yield engine, name, {"kind": "vllm-adapter" if adapter else "vllm", "path": str(spec.policy),
                              **({"base": str(model)} if adapter else {}), "startup_s": round(server.startup_s, 1)}
 
 

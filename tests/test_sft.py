@@ -21,7 +21,7 @@ from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
 from forgeline.tasks.mutations import apply_mutation, enumerate_mutation_sites  # noqa: E402
 from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
-from forgeline.train import sft  # noqa: E402
+from forgeline.train import sft, synthetic  # noqa: E402
 
 from embedded import PARAMS  # noqa: E402
 from tiny_models import direct_python, tiny_lm, tok  # noqa: E402
@@ -63,7 +63,7 @@ def _site(kind="op_swap"):
 
 
 def test_conversation_tokens_equal_the_rendering_and_mask_only_assistant_turns(tok):
-    msgs = sft.synthetic_messages(CLEAN, PATH, _site())
+    msgs = synthetic.synthetic_messages(CLEAN, PATH, _site())
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
                                          "assistant", "tool", "assistant"]
     assert msgs[-1]["content"] == SUBMIT and msgs[-2]["content"].startswith("exit code: 0\n")
@@ -86,7 +86,7 @@ def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
     tool outputs equal the synthesised ones, and the edit fixes the bug."""
     for kind in ("op_swap", "cmp_boundary"):
         site = next(s for s in enumerate_mutation_sites(CLEAN, [kind], PATH))
-        msgs = sft.synthetic_messages(CLEAN, PATH, site)
+        msgs = synthetic.synthetic_messages(CLEAN, PATH, site)
         assert msgs is not None
         buggy = apply_mutation(CLEAN, site)
         task = {"instance_id": f"alpha.syn.{kind}", "repo": "alpha", "patch": make_patch(PATH, CLEAN, buggy),
@@ -110,11 +110,11 @@ def test_synthetic_scan_is_what_the_real_tools_do(tok, repos):
     (the synthesised run says so too), and the final diff is the fix alone."""
     clean, path = TINY_REPOS["beta"][0], "beta/__init__.py"  # a suite that every wrong edit breaks
     site = next(s for s in enumerate_mutation_sites(clean, ["cmp_boundary"], path) if s.function == "count_above")
-    msgs = sft.synthetic_messages(clean, path, site, max_guesses=12)
+    msgs = synthetic.synthetic_messages(clean, path, site, max_guesses=12)
     calls = [m["content"] for m in msgs if m["role"] == "assistant"]
     n = (len(calls) - 2) // 2 - 1  # wrong edits before the fix
     assert n >= 2 and len(calls) == 1 + 2 * (n + 1) + 1 and calls.count(calls[2]) == n + 1
-    assert sft.synthetic_messages(clean, path, site, max_guesses=n - 1) is None
+    assert synthetic.synthetic_messages(clean, path, site, max_guesses=n - 1) is None
     buggy = apply_mutation(clean, site)
     task = {"instance_id": "beta.syn.scan", "repo": "beta", "patch": make_patch(path, clean, buggy),
             "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "problem_statement": msgs[1]["content"], "image_name": "x"}
@@ -141,15 +141,15 @@ def test_recovery_shows_a_broken_call_and_the_agents_answer_untrained(tok, repos
     """The broken or failed call and its answer are what the agent loop and the edit tool
     really do with such a turn; the bad turn is context only (mask 0), the call after it is
     trained."""
-    msgs = sft.synthetic_messages(CLEAN, PATH, _site())
+    msgs = synthetic.synthetic_messages(CLEAN, PATH, _site())
     answer = lambda k: next(m for i, m in enumerate(recovered(k)) if i and recovered(k)[i - 1].get("train") is False)
-    recovered = lambda k: sft.with_recovery(msgs, TOOLS, random.Random(k))
+    recovered = lambda k: synthetic.with_recovery(msgs, TOOLS, random.Random(k))
     # seeds whose bad turn is a malformed call, an edit of a miscopied file, an edit of a miscopied old
     kinds = ("Tool call error", "edit failed: cannot read", "edit failed: no line of")
     seeds = [next(k for k in range(200) if answer(k)["content"].startswith(kind)) for kind in kinds]
     answers = []
     for k in seeds:
-        rec_msgs = sft.with_recovery(msgs, TOOLS, random.Random(k))
+        rec_msgs = synthetic.with_recovery(msgs, TOOLS, random.Random(k))
         bad = [m for m in rec_msgs if m.get("train") is False]
         assert len(bad) == 1 and len(rec_msgs) == len(msgs) + 2
         i = rec_msgs.index(bad[0])
@@ -241,17 +241,17 @@ def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repos
     import random
 
     site = next(s for s in enumerate_mutation_sites(CLEAN, ["op_swap"], PATH) if s.function == "add")
-    msgs = sft.synthetic_messages(CLEAN, PATH, site)
-    words = sft.identifier_words([(PATH, CLEAN), ("x.py", "total_count = item_price + unit_value")])
-    mapping = sft.fresh_names(msgs, PATH, site.function, words, random.Random(3))
+    msgs = synthetic.synthetic_messages(CLEAN, PATH, site)
+    words = synthetic.identifier_words([(PATH, CLEAN), ("x.py", "total_count = item_price + unit_value")])
+    mapping = synthetic.fresh_names(msgs, PATH, site.function, words, random.Random(3))
     assert set(mapping) == {"add", "alpha"}  # the module is __init__: it keeps its name
-    renamed = sft.rename_identifiers(msgs, mapping)
+    renamed = synthetic.rename_identifiers(msgs, mapping)
     assert renamed[0] == msgs[0]
     body = "\n".join(m["content"] for m in renamed[1:])
     assert "alpha" not in body and "def add(" not in body and f"def {mapping['add']}(" in body
 
     def rename_text(text):
-        return sft.rename_identifiers([{"role": "user", "content": text}], mapping)[0]["content"]
+        return synthetic.rename_identifiers([{"role": "user", "content": text}], mapping)[0]["content"]
 
     source, tests = TINY_REPOS["alpha"]
     repo = tmp_path / "renamed"
@@ -275,10 +275,10 @@ def test_renamed_conversation_is_what_the_real_tools_answer_in_the_renamed_repos
 def test_rename_share_is_deterministic_and_marks_the_ids():
     files = [(f"{n}/__init__.py", TINY_REPOS[n][0]) for n in ("alpha", "beta", "gamma")]
     kinds = ("op_swap", "cmp_boundary", "const_change")
-    conv = sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
-    assert conv == sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
+    conv = synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
+    assert conv == synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
     assert conv and all(i.endswith(":renamed") for i, _ in conv)
-    plain = sft.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2)
+    plain = synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2)
     assert [i + ":renamed" for i, _ in plain] == [i for i, _ in conv]
     for (_, a), (_, b) in zip(plain, conv):
         assert a[2]["content"] != b[2]["content"]  # the grep names the fresh function and folder
@@ -288,13 +288,13 @@ def test_synthetic_statement_names_the_function_in_the_title_and_often_calls_ano
     """Like a generated issue: the title names the function to look at; the body shows the
     call a test makes, which is often another function of the module."""
     callers = ["load_rows", "parse_line", "write_table"]
-    texts = [sft.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
+    texts = [synthetic.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
              for i in range(40)]
     assert all("`pkg.mod.fix_me`" in t.split("\n\n")[0] for t in texts)
     bodies = [t.split("\n\n")[1] for t in texts]
     other = sum(any(f"{c}(" in b for c in callers) for b in bodies)
     assert 10 < other < 35 and sum("fix_me(" in b for b in bodies) == 40 - other
-    assert texts == [sft.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
+    assert texts == [synthetic.synthetic_statement("`pkg.mod.fix_me`", "fix_me", "pkg.mod", random.Random(i), callers)
                      for i in range(40)]
 
 
@@ -310,8 +310,8 @@ def test_check_sft_repos_refuses_pool_tasks():
 def examples(tok):
     files = [(f"{n}/__init__.py", TINY_REPOS[n][0]) for n in ("alpha", "beta", "gamma")]
     kinds = ("op_swap", "cmp_boundary", "const_change")
-    conv = sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
-    assert len(conv) == 3 and conv == sft.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
+    conv = synthetic.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
+    assert len(conv) == 3 and conv == synthetic.synthetic_conversations(files, 3, seed=5, kinds=kinds, per_file=2)
     # rendered without the tool schemas (~700 tokens with this 512-token vocabulary): cheaper
     return [dict(zip(("tokens", "mask"), sft.conversation_tokens(tok, m, [])), id=i) for i, m in conv]
 

@@ -139,3 +139,11 @@ def test_a_config_field_doc_is_not_code(package):
     assert '    """PPO steps"""' in text
     params.write_text(text.replace('    """PPO steps"""', '    """PPO steps (optimizer updates of the actor)"""', 1))
     assert changed(before, digests(package)) == set()
+
+
+def test_a_decorated_definition_counts_only_where_it_is_used(package):
+    """@contextlib.contextmanager wraps a function on import; its body runs only when used."""
+    index = codedeps.Index(package)
+    units = lambda stage: set(codedeps.stage_code(stage, root=package, index=index)["units"])
+    assert "forgeline.provenance:gc_paused" in units("forgeline.tasks.split")
+    assert "forgeline.provenance:gc_paused" not in units("forgeline.evaluation.tables")

@@ -34,6 +34,11 @@ STAGE_ENTRY = ("add_arguments", "run")  # what cli.main calls on a stage's modul
 FORMAT = 1  # bump when the normalization changes: every stamp changes once
 OLD = 946684800  # 2000-01-01: the mtime of a stamp written for the first time (see write_stamp)
 
+# Decorators that only wrap or describe what they decorate: the definition runs when called, not
+# on import. Any other decorator may register it somewhere (then it counts wherever imported).
+PURE_DECORATORS = {"dataclass", "contextmanager", "cache", "lru_cache", "cached_property", "property",
+                   "classmethod", "staticmethod", "abstractmethod", "wraps", "total_ordering"}
+
 # What a reference names: a module, or a definition ("unit") of a module.
 Ref = tuple[str, ...]  # a dotted chain as written: ("images", "connect") or ("run_episode",)
 
@@ -182,6 +187,15 @@ def _unit(module: str, name: str, nodes: list[ast.AST], is_package: bool) -> Uni
     return Unit(module, name, normalized(nodes), refs, attrs, strings, local)
 
 
+def _registers(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    """True when a decorator of `node` might do more than wrap it (see PURE_DECORATORS)."""
+    for deco in node.decorator_list:
+        chain = _chain(deco.func if isinstance(deco, ast.Call) else deco)
+        if not chain or chain[-1] not in PURE_DECORATORS:
+            return True
+    return False
+
+
 def _targets(stmt: ast.stmt) -> list[str]:
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
     names = []
@@ -203,7 +217,7 @@ def read_module(name: str, path: Path) -> Module:
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name not in units:
             units[stmt.name] = _unit(name, stmt.name, [stmt], is_package)
-            if stmt.decorator_list:
+            if _registers(stmt):
                 eager.add(stmt.name)
         elif isinstance(stmt, ast.ClassDef) and stmt.name not in units:
             methods = [s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -213,7 +227,7 @@ def read_module(name: str, path: Path) -> Module:
             classes.add(stmt.name)
             for m in methods:
                 units[f"{stmt.name}.{m.name}"] = _unit(name, f"{stmt.name}.{m.name}", [m], is_package)
-            if stmt.decorator_list:
+            if _registers(stmt):
                 eager.add(stmt.name)
             for base in stmt.bases:
                 chain = _chain(base)

@@ -13,7 +13,8 @@ import pytest
 
 import torch  # a dependency of forgeline: a missing one is a failure, not a skip
 
-from forgeline.agent import episode as ep_mod, oracle, rewards, rollout as ro, tools, trajectory  # noqa: E402
+from forgeline.agent import (episode as ep_mod, oracle, oracle_script, rewards, rollout as ro, tools,  # noqa: E402
+                             trajectory)
 from forgeline import config  # noqa: E402
 from forgeline.agent.episode import run_episode  # noqa: E402
 from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
@@ -134,11 +135,11 @@ def test_oracle_edit_for_a_removed_statement_and_patch_round_trip():
     clean = "def f(xs):\n    out = list(xs)\n    out.sort()\n    return out\n\n\ndef g():\n    out = []\n    return out\n"
     buggy = clean.replace("    out.sort()\n", "")
     patch = make_patch("pkg/m.py", clean, buggy)
-    hunks = oracle.parse_patch(patch)["pkg/m.py"]
-    assert oracle.apply_hunks(clean, hunks) == buggy
-    old, new = oracle.fix_edit(hunks[0], buggy)
+    hunks = oracle_script.parse_patch(patch)["pkg/m.py"]
+    assert oracle_script.apply_hunks(clean, hunks) == buggy
+    old, new = oracle_script.fix_edit(hunks[0], buggy)
     assert buggy.count(old) == 1 and buggy.replace(old, new) == clean
-    assert old == "    out = list(xs)" and oracle._enclosing_function(buggy, 3) == ("f", 1, 3)
+    assert old == "    out = list(xs)" and oracle_script.enclosing_function(buggy, 3) == ("f", 1, 3)
 
 
 
@@ -155,8 +156,8 @@ def test_oracle_scan_tests_each_candidate_takes_it_back_then_fixes(world, tok, s
     # each wrong edit really broke the suite and `git checkout .` really took it back
     for g in range(n):
         run = outputs[2 + 2 * g]
-        assert run.startswith("exit code: 0") and " failed" in run and run.rstrip().endswith(oracle.REVERTED)
-    assert " failed" not in outputs[-1] and oracle.REVERTED not in outputs[-1] and rec["outcome"] == "resolved"
+        assert run.startswith("exit code: 0") and " failed" in run and run.rstrip().endswith(oracle_script.REVERTED)
+    assert " failed" not in outputs[-1] and oracle_script.REVERTED not in outputs[-1] and rec["outcome"] == "resolved"
     added = [ln for ln in rec["submission"].splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert added == ["+        if x > t:"]  # only the fix is left in the diff
     assert oracle.oracle_episode(task, sandbox, tok, cfg, env=world["envs"]["beta"])["messages"] == rec["messages"]
@@ -169,19 +170,19 @@ def test_fix_arguments_line_scoped_where_one_line_changed():
     clean = "def f(a, b):\n    if a <= b and b < 9:\n        return a - b\n    return b\n"
     # `<` occurs twice in the buggy line: the span grows until `old` is unique there
     buggy = clean.replace("    if a <= b and b < 9:\n", "    if a < b and b < 9:\n")
-    hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
-    line, old, new = oracle.line_fix(hunk)
+    hunk = oracle_script.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
+    line, old, new = oracle_script.line_fix(hunk)
     assert line == 2 and buggy.splitlines()[1].count(old) == 1 and len(old) < 8
     assert tools.apply_edit(buggy, old, new, line) == clean
     buggy = clean.replace("a - b", "a + b")
-    hunk = oracle.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
-    assert oracle.line_fix(hunk) == (3, "+", "-")
+    hunk = oracle_script.parse_patch(make_patch("p/m.py", clean, buggy))["p/m.py"][0]
+    assert oracle_script.line_fix(hunk) == (3, "+", "-")
     # the edit a policy writes: grep's line number and the changed token, nothing copied
-    assert oracle.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "line": 3, "old": "+", "new": "-"}
+    assert oracle_script.fix_arguments("p/m.py", hunk, buggy) == {"path": "p/m.py", "line": 3, "old": "+", "new": "-"}
     # a removed statement has no '+' line: the file-level form is kept
     removed = clean.replace("        return a - b\n", "")
-    hunk = oracle.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]
-    assert oracle.line_fix(hunk) is None and "line" not in oracle.fix_arguments("p/m.py", hunk, removed)
+    hunk = oracle_script.parse_patch(make_patch("p/m.py", clean, removed))["p/m.py"][0]
+    assert oracle_script.line_fix(hunk) is None and "line" not in oracle_script.fix_arguments("p/m.py", hunk, removed)
     # with `line`, the nearest line that holds `old` once (the earlier of two as near)
     assert tools.apply_edit(clean, "a", "c", 9) is None          # no line 9
     assert tools.apply_edit(clean, "zz", "c", 2) is None         # in no line
@@ -203,18 +204,18 @@ def test_grep_after_prints_what_gnu_grep_prints(tmp_path):
     for after in (0, 2, 4):
         real = subprocess.run(["grep", "-rn", "-A", str(after), "def f(", "pkg"], cwd=tmp_path,
                               capture_output=True, text=True, check=True).stdout
-        assert oracle.grep_after(text.splitlines(True), "pkg/m.py", "def f(", after) == real
-    assert oracle.find_function_command("f", 20) == 'grep -rn -A 19 "def f(" .'
+        assert oracle_script.grep_after(text.splitlines(True), "pkg/m.py", "def f(", after) == real
+    assert oracle_script.find_function_command("f", 20) == 'grep -rn -A 19 "def f(" .'
     real = subprocess.run(["grep", "-rn", "-A", "2", "def f(", "."], cwd=tmp_path,
                           capture_output=True, text=True, check=True).stdout
-    assert oracle.grep_after(text.splitlines(True), oracle.shown_path("pkg/m.py"), "def f(", 2) == real
+    assert oracle_script.grep_after(text.splitlines(True), oracle_script.shown_path("pkg/m.py"), "def f(", 2) == real
 
 
 def test_scan_edits_are_the_generators_edits_of_the_window_in_source_order():
     clean = ("def f(a, b):\n    if a <= b and b > 9:\n        return a - b * 2\n    return b\n"
              "\n\ndef g(x):\n    return x + 1\n")
     buggy = clean.replace("a - b", "a + b")
-    scan = list(oracle.scan_edits(buggy, "p/m.py", range(1, 5)))
+    scan = list(oracle_script.scan_edits(buggy, "p/m.py", range(1, 5)))
     assert len(scan) >= 4
     made = []
     for e in scan:
@@ -225,10 +226,10 @@ def test_scan_edits_are_the_generators_edits_of_the_window_in_source_order():
         assert out.endswith("return x + 1\n")  # g() lies outside the window
     assert [e["line"] for e in scan] == sorted(e["line"] for e in scan)
     assert clean in made  # the fix is one of them
-    to_fix = oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
+    to_fix = oracle_script.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
     assert to_fix == scan[:made.index(clean) + 1]
-    assert oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), made.index(clean) - 1) is None
-    assert oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 2), 12) is None  # not on line 1
+    assert oracle_script.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), made.index(clean) - 1) is None
+    assert oracle_script.scan_to_fix(buggy, clean, "p/m.py", range(1, 2), 12) is None  # not on line 1
 
 
 def test_scan_reaches_a_negated_condition_whose_fix_leaves_the_parentheses():
@@ -236,12 +237,12 @@ def test_scan_reaches_a_negated_condition_whose_fix_leaves_the_parentheses():
     # same program as the clean file, so it is the fix
     clean = "def f(a, b):\n    if a < b:\n        return a\n    return b\n"
     buggy = clean.replace("if a < b:", "if not (a < b):")
-    scan = oracle.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
+    scan = oracle_script.scan_to_fix(buggy, clean, "p/m.py", range(1, 5), 12)
     assert scan is not None and scan[-1]["new"] == "" and scan[-1]["old"].startswith("not")
     assert tools.apply_edit(buggy, scan[-1]["old"], "", scan[-1]["line"]) == clean.replace("a < b", "(a < b)")
-    assert oracle.same_program("x = (a < b)\n", "x = a < b\n")
-    assert not oracle.same_program("x = (a or b) and c\n", "x = a or b and c\n")
-    assert not oracle.same_program(None, "x = 1\n") and not oracle.same_program("x = (\n", "x = 1\n")
+    assert oracle_script.same_program("x = (a < b)\n", "x = a < b\n")
+    assert not oracle_script.same_program("x = (a or b) and c\n", "x = a or b and c\n")
+    assert not oracle_script.same_program(None, "x = 1\n") and not oracle_script.same_program("x = (\n", "x = 1\n")
 
 
 # -- episodes -----------------------------------------------------------------------------

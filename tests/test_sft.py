@@ -13,7 +13,8 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 
 from forgeline import config  # noqa: E402
 from forgeline.agent.episode import run_episode  # noqa: E402
-from forgeline.agent.oracle import REVERTED, ScriptedEngine, apply_hunks, oracle_episode, oracle_texts, parse_patch  # noqa: E402
+from forgeline.agent.oracle import ScriptedEngine, oracle_episode  # noqa: E402
+from forgeline.agent.oracle_script import REVERTED, apply_hunks, oracle_texts, parse_patch  # noqa: E402
 from forgeline.agent.tools import tool_schemas  # noqa: E402
 from forgeline.policy import model as tiny  # noqa: E402
 from forgeline.policy.chat import render_ids  # noqa: E402

@@ -27,10 +27,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from forgeline.agent.oracle import (REVERTED, TEST_COMMAND, _enclosing_function,
-                                    _first_changed_line, find_function_command, fix_arguments,
-                                    grep_after, oracle_texts, parse_patch, scan_to_fix, shown_lines,
-                                    shown_path)
+from forgeline.agent.oracle_script import (REVERTED, TEST_COMMAND, enclosing_function, find_function_command,
+                                           first_changed_line, fix_arguments, grep_after, oracle_texts,
+                                           parse_patch, scan_to_fix, shown_lines, shown_path)
 from forgeline.agent.tools import NO_CALL_MESSAGE, SYSTEM_PROMPT, apply_edit, truncate
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, tool_message
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
@@ -156,7 +155,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
     the file at repo-relative `path`): system, user (a statement naming the function), then
     grep / edit / test call / submit turns with synthesised tool results; with `max_guesses`
-    > 0 the edits are the scan's up to the fix (`oracle.scan_to_fix`), each with its test call.
+    > 0 the edits are the scan's up to the fix (`oracle_script.scan_to_fix`), each with its test call.
     None when the mutation cannot be rendered as one unique edit (several hunks, an ambiguous
     `old`, no newline at the end of the file) or the scan does not reach it."""
     if not clean.endswith("\n"):
@@ -171,8 +170,8 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     edit = {**fix_arguments(path, hunk, buggy), "path": shown_path(path)}
     if apply_edit(buggy, edit["old"], edit["new"], edit.get("line")) != clean:
         return None
-    line = _first_changed_line(hunk)
-    fn = _enclosing_function(buggy, line)
+    line = first_changed_line(hunk)
+    fn = enclosing_function(buggy, line)
     if fn is None:
         return None
     name = site.function.rsplit(".", 1)[-1]

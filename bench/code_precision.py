@@ -45,7 +45,7 @@ EDITS = [
     ("sandbox/grading.py: grade a run", "sandbox/grading.py", "body", "grade"),
     ("tasks/validate.py: a docstring", "tasks/validate.py", "docstring", "check_nop"),
     ("train/rl.py: explained variance", "train/rl.py", "body", "explained_variance"),
-    ("tasks/generate.py: a problem statement", "tasks/generate.py", "body", "write_problem_statement"),
+    ("tasks/statement.py: a problem statement", "tasks/statement.py", "body", "write_problem_statement"),
 ]
 
 

@@ -13,7 +13,7 @@ from forgeline import cli
 from forgeline.provenance import read_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import derive_seed
-from forgeline.tasks import generate
+from forgeline.tasks import generate, statement
 from forgeline.tasks.mutations import apply_mutation, enumerate_mutation_sites
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import normalize_instance
@@ -131,9 +131,9 @@ def test_classify_run():
 
 
 def test_module_name():
-    assert generate.module_name("pkg/sub/mod.py") == "pkg.sub.mod"
-    assert generate.module_name("pkg/__init__.py") == "pkg"
-    assert generate.module_name("src/pkg/mod.py") == "pkg.mod"
+    assert statement.module_name("pkg/sub/mod.py") == "pkg.sub.mod"
+    assert statement.module_name("pkg/__init__.py") == "pkg"
+    assert statement.module_name("src/pkg/mod.py") == "pkg.mod"
 
 
 # -- real runs -----------------------------------------------------------------------------------
@@ -187,13 +187,13 @@ def test_mutation_that_breaks_nothing_is_discarded(repos_root, sandbox):
 def test_problem_statement_for_an_exception_names_the_call_not_the_fix():
     site = _site("op_swap", "+=->-=")
     patch = generate.make_patch("tinycalc/core.py", CORE, apply_mutation(CORE, site))
-    failure = generate.Failure("tests/test_core.py::test_mean", "assert mean([1, 2, 3, 6]) == 3",
+    failure = statement.Failure("tests/test_core.py::test_mean", "assert mean([1, 2, 3, 6]) == 3",
                                ["TypeError: unsupported operand type(s) for -=: 'int' and 'str'"])
-    text = generate.write_problem_statement(site, [failure], patch, seed=1)
+    text = statement.write_problem_statement(site, [failure], patch, seed=1)
     assert "`TypeError`" in text and "mean([1, 2, 3, 6])" in text
     assert "-=" not in text and "+=" not in text and "unsupported operand types ('int' and 'str')" in text
-    assert text == generate.write_problem_statement(site, [failure], patch, seed=1)
-    wordings = {generate.write_problem_statement(site, [failure], patch, seed=s).splitlines()[0]
+    assert text == statement.write_problem_statement(site, [failure], patch, seed=1)
+    wordings = {statement.write_problem_statement(site, [failure], patch, seed=s).splitlines()[0]
                 for s in range(12)}
     assert len(wordings) > 1  # the wording varies with the seed
 

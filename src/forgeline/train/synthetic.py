@@ -33,8 +33,8 @@ from forgeline.agent.oracle_script import (REVERTED, TEST_COMMAND, enclosing_fun
 from forgeline.agent.tools import NO_CALL_MESSAGE, SYSTEM_PROMPT, apply_edit, truncate
 from forgeline.policy.chat import assistant_message, format_tool_call, parse_tool_calls, tool_message
 from forgeline.policy.tokenizer import collect_corpus, stdlib_dir
-from forgeline.tasks.generate import LOCATION, RAISES, REPRO, TITLES, VALUE
 from forgeline.tasks.mutations import KINDS, apply_mutation, candidate_sites, mutated_if_valid
+from forgeline.tasks.statement import LOCATION, RAISES, REPRO, TITLES, VALUE
 
 def _result(output: str, max_chars: int) -> str:
     """A bash tool result as the agent writes it: 'exit code: N' + newline + output, cut."""

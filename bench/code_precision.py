@@ -43,7 +43,7 @@ EDITS = [
     ("tasks/split.py: the frozen digest", "tasks/split.py", "body", "frozen_split_digest"),
     ("agent/rewards.py: process reward", "agent/rewards.py", "body", "process_reward"),
     ("sandbox/grading.py: grade a run", "sandbox/grading.py", "body", "grade"),
-    ("tasks/validate.py: a docstring", "tasks/validate.py", "docstring", "check_nop"),
+    ("tasks/checks.py: a docstring", "tasks/checks.py", "docstring", "check_nop"),
     ("train/rl.py: explained variance", "train/rl.py", "body", "explained_variance"),
     ("tasks/statement.py: a problem statement", "tasks/statement.py", "body", "write_problem_statement"),
 ]

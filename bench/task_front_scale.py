@@ -129,14 +129,14 @@ def step(name: str, work: Path) -> str:
                 f"{dict(result.report['rejected_by_category'])}")
     if name == "checks":  # the validate stage's structural pre-check (no test suite run)
         import gc
-        from forgeline.tasks.validate import check_structure
+        from forgeline.tasks.checks import check_structure
         gc.disable()  # as the stages do while loading (see ingest._gc_paused)
         rows = [normalize_instance(r) for r in read_jsonl(work / "ingested.jsonl")]
         assert len({r["instance_id"] for r in rows}) == len(rows), "duplicate ids after ingest"
         bad = [reason for r in rows
                if (reason := check_structure(r, r["repo"], r["base_commit"], None))]
         assert not bad, bad[:3]
-        return (f"{len(rows):,} instances: normalize_instance + validate.check_structure, "
+        return (f"{len(rows):,} instances: normalize_instance + checks.check_structure, "
                 f"{len({r['repo'] for r in rows})} repos")
     if name == "split":
         rows = split.load_instances([work / "ingested.jsonl"])

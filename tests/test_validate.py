@@ -15,7 +15,7 @@ from forgeline import cli, config
 from forgeline.config import ConfigError
 from forgeline.provenance import read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
-from forgeline.tasks import validate as V
+from forgeline.tasks import checks, validate as V
 from forgeline.sandbox.snapshot import image_name
 from forgeline.tasks.repos import RepoSnapshot, swesmith_repo
 from forgeline.tasks.schema import instance_id
@@ -265,9 +265,9 @@ def test_patch_parsing_reads_hunks_by_count():
         @@ -0,0 +1 @@
         +VALUE = 1
         """)
-    assert V.patch_files(patch) == ["pkg/m.py", "pkg/new.py"]
+    assert checks.patch_files(patch) == ["pkg/m.py", "pkg/new.py"]
     # the removed line "--- decrement marker" is code, not a file header
-    assert V.patch_code_lines(patch) == ["--- decrement marker", "VALUE = 1", "return x - 1"]
+    assert checks.patch_code_lines(patch) == ["--- decrement marker", "VALUE = 1", "return x - 1"]
 
 
 def test_identifiers_of_test_methods_bases_and_aliases():
@@ -282,22 +282,22 @@ def test_identifiers_of_test_methods_bases_and_aliases():
         class TestChild(Base):
             pass
         """)
-    ids = V.identifiers_of_test(src, "tests/t.py::TestChild::test_post[x-1]")
+    ids = checks.identifiers_of_test(src, "tests/t.py::TestChild::test_post[x-1]")
     assert ids == {"ledger", "post_entry", "balance"}  # 'L' -> Ledger; fixture arg dropped
-    assert V.identifiers_of_test(src, "tests/t.py::TestChild::test_nothing") is None
+    assert checks.identifiers_of_test(src, "tests/t.py::TestChild::test_nothing") is None
 
 
 def test_alignment_heuristic():
     patch = make_patch_text("return a + b", "return a - b")
     sources = {"tests/t.py": "from m import total_of\n\ndef test_t():\n    assert total_of([1]) == 1\n"}
-    ok, shared = V.check_alignment("total_of() is wrong for one item", patch, sources, ["tests/t.py::test_t"])
+    ok, shared = checks.check_alignment("total_of() is wrong for one item", patch, sources, ["tests/t.py::test_t"])
     assert ok is None and shared == ["total_of"]
-    leak, _ = V.check_alignment("it does return  a - b", patch, sources, ["tests/t.py::test_t"])
+    leak, _ = checks.check_alignment("it does return  a - b", patch, sources, ["tests/t.py::test_t"])
     assert "quotes a code line" in leak  # whitespace is collapsed before comparing
-    miss, _ = V.check_alignment("The function returns the wrong value", patch, sources,
+    miss, _ = checks.check_alignment("The function returns the wrong value", patch, sources,
                                 ["tests/t.py::test_t"])
     assert "names none" in miss
-    unread, _ = V.check_alignment("total_of", patch, {"tests/t.py": None}, ["tests/t.py::test_t"])
+    unread, _ = checks.check_alignment("total_of", patch, {"tests/t.py": None}, ["tests/t.py::test_t"])
     assert "cannot read" in unread
 
 
@@ -307,15 +307,15 @@ def make_patch_text(old: str, new: str) -> str:
 
 
 def test_verdict_helpers():
-    assert V.flaky_tests([{"a": "PASSED", "b": "PASSED"}, {"a": "FAILED", "b": "PASSED", "c": "PASSED"}]) \
+    assert checks.flaky_tests([{"a": "PASSED", "b": "PASSED"}, {"a": "FAILED", "b": "PASSED", "c": "PASSED"}]) \
         == ["a", "c"]
-    assert V.check_nop({"t": "ERROR"}, ["t"]) is None
-    assert "(not run)" in V.check_nop({}, ["t"])
-    assert "timed out" in V.check_nop({}, ["t"], timed_out=True, timeout_s=5)
+    assert checks.check_nop({"t": "ERROR"}, ["t"]) is None
+    assert "(not run)" in checks.check_nop({}, ["t"])
+    assert "timed out" in checks.check_nop({}, ["t"], timed_out=True, timeout_s=5)
     # every listed test PASSED clean: SKIPPED fails both lists, XFAIL passes (docs/grading.md)
-    assert "p (SKIPPED)" in V.check_oracle([{"f": "PASSED", "p": "SKIPPED"}], ["f"], ["p"])
-    assert "f (SKIPPED)" in V.check_oracle([{"f": "SKIPPED"}], ["f"], [])
-    assert V.check_oracle([{"f": "XFAIL", "p": "PASSED"}], ["f"], ["p"]) is None
+    assert "p (SKIPPED)" in checks.check_oracle([{"f": "PASSED", "p": "SKIPPED"}], ["f"], ["p"])
+    assert "f (SKIPPED)" in checks.check_oracle([{"f": "SKIPPED"}], ["f"], [])
+    assert checks.check_oracle([{"f": "XFAIL", "p": "PASSED"}], ["f"], ["p"]) is None
 
 
 def test_reverse_restores(tmp_path):

@@ -127,7 +127,7 @@ WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables
 
 
 # Fields that name the checkout a stage ran in: the adapter's base, by absolute path so that
-# PEFT's Auto classes load it from any working directory (train/ppo.py base_reference).
+# PEFT's Auto classes load it from any working directory (train/ppo_checkpoints.py base_reference).
 CHECKOUT_KEYS = {"base_model_name_or_path"}
 
 

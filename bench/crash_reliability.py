@@ -15,20 +15,24 @@ its dvc.yaml (what `forgeline verify` checks stages against), then for each faul
    killed, then the same command again;
 3. counts as survived only when the restart succeeds, every artifact equals the clean build's
    (tiny_project.reproducible_digests: bytes, wall-clock fields aside), no temp is left under
-   results/ or in the run's temp folder (TMPDIR), and `forgeline verify --no-touch --partial`
+   results/ or in the runs' private TMPDIR, and `forgeline verify --no-touch --partial`
    passes.
 
 Prints one row per fault point: faults injected, survived, artifacts lost, the temps the kill
-left (under results/ and in TMPDIR), and the leftovers after the restart. tests/test_crash.py runs the same FAULTS and asserts every row is all survived.
+left (under results/ and in TMPDIR), and the leftovers after the restart. tests/test_crash.py
+runs the same FAULTS and asserts every row is all survived.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -93,8 +97,15 @@ class Outcome:
         return self.fired and self.restarted and not self.lost and not self.leftovers and self.verified
 
 
+def run_tmp(project: Path) -> Path:
+    """The runs' TMPDIR: private to the project, and outside it (a sandbox copy below a folder
+    with a pyproject.toml, such as this checkout, runs pytest with that file's settings)."""
+    digest = hashlib.sha256(str(project.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"crash-reliability-{digest}"
+
+
 def run_env(project: Path, fault: Fault | None = None) -> dict[str, str]:
-    env = {**tp.env(project), "TMPDIR": str(project / "tmp")}
+    env = {**tp.env(project), "TMPDIR": str(run_tmp(project))}
     env.pop(FAULT_ENV, None)
     if fault is not None:
         env[FAULT_ENV] = fault.spec
@@ -103,7 +114,7 @@ def run_env(project: Path, fault: Fault | None = None) -> dict[str, str]:
 
 def snakemake(project: Path, *args: str, fault: Fault | None = None) -> subprocess.CompletedProcess:
     """One Snakemake call in its own session, so that a "run" fault kills it and its jobs only."""
-    (project / "tmp").mkdir(exist_ok=True)
+    run_tmp(project).mkdir(exist_ok=True)
     proc = subprocess.Popen(["snakemake", "--cores", "2", *args], cwd=project, env=run_env(project, fault),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -118,9 +129,13 @@ def snakemake(project: Path, *args: str, fault: Fault | None = None) -> subproce
 def build(project: Path) -> dict[str, str]:
     """The clean build of TARGETS; returns its reproducible digests."""
     tp.make_project(project)
+    shutil.rmtree(run_tmp(project), ignore_errors=True)
     proc = snakemake(project, *TARGETS)
     if proc.returncode != 0:
         raise RuntimeError(f"the clean build failed:\n{proc.stdout[-6000:]}")
+    if not (project / TARGETS[0]).read_text().strip():  # else no sandbox fault can fire
+        raise RuntimeError(f"the clean build validated no task ({TARGETS[0]} is empty): see "
+                           f"{project}/logs/generate and logs/validate")
     tp.run(project, "forgeline", "export-dvc")  # verify's list of every stage's outputs
     return tp.reproducible_digests(project)
 
@@ -128,8 +143,8 @@ def build(project: Path) -> dict[str, str]:
 def temps_left(project: Path) -> list[str]:
     """Temps of interrupted writes under results/ and forgeline temp dirs in the run's TMPDIR."""
     found = [p.relative_to(project).as_posix() for p in scan(project / "results")[1]]
-    tmp = project / "tmp"
-    found += sorted(f"tmp/{n}" for n in os.listdir(tmp) if n.startswith("forgeline-")) if tmp.is_dir() else []
+    tmp = run_tmp(project)
+    found += sorted(f"$TMPDIR/{n}" for n in os.listdir(tmp) if n.startswith("forgeline-")) if tmp.is_dir() else []
     return found
 
 
@@ -185,7 +200,6 @@ def main() -> int:
                     help="where the project is built (replaced)")
     ap.add_argument("--json", type=Path, help="also write the outcomes as JSON")
     args = ap.parse_args()
-    import shutil
     shutil.rmtree(args.dir, ignore_errors=True)
     t0 = time.monotonic()
     clean = build(args.dir)
@@ -199,6 +213,7 @@ def main() -> int:
             outcomes.append(inject(args.dir, fault, clean))
             print(f"{fault.spec:<45} {fault.rule:<12} survived={outcomes[-1].survived} "
                   f"{outcomes[-1].seconds} s", file=sys.stderr)
+    shutil.rmtree(run_tmp(args.dir), ignore_errors=True)
     print(table(outcomes))
     print(f"\n{len(clean)} artifacts compared per restart; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {time.monotonic() - t0:.0f} s in all")

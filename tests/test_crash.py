@@ -166,7 +166,9 @@ def test_containers_of_a_killed_job_go_when_the_next_docker_sandbox_starts(docke
 @pytest.fixture(scope="module")
 def clean_build(tmp_path_factory):
     project = tmp_path_factory.mktemp("crash") / "project"
-    return project, crash.build(project)
+    yield project, crash.build(project)
+    import shutil
+    shutil.rmtree(crash.run_tmp(project), ignore_errors=True)
 
 
 @pytest.mark.slow

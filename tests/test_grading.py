@@ -172,3 +172,19 @@ def test_the_command_is_pytest_with_the_runner(tmp_path):
     assert argv[:2] == [sys.executable, "-c"] and argv[3] == str(tmp_path / "r.jsonl")
     assert argv[-1] == "tests/t.py::test_a" and "-rA" in argv
     assert len(command_digest()) == 64 and command_digest() == command_digest()
+
+
+def test_process_sandbox_refuses_a_temp_folder_below_a_pytest_config(tmp_path, monkeypatch):
+    """pytest would root the copies' node ids at the project above them: refused, with the fix."""
+    import tempfile
+
+    from forgeline.sandbox.base import SandboxError
+
+    project = tmp_path / "project"
+    (project / "tmp").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['tests']\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(project / "tmp"))
+    with pytest.raises(SandboxError, match=r"pyproject.toml.*TMPDIR"):
+        ProcessSandbox(python=sys.executable)
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no pytest section: fine
+    ProcessSandbox(python=sys.executable)

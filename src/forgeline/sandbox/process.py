@@ -11,17 +11,41 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 from forgeline.provenance import fault_point, owned_tempdir, sweep_temp_dirs
-from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, Session, TaskEnv, TestRun
+from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
 from forgeline.sandbox.grading import parse_results, pytest_shell
 
 OUTPUT_LIMIT = 64_000
 MEMORY_LIMIT_BYTES = 2 << 30  # address space per task process: a runaway mutation dies, not the host
 _warned = False
+
+
+# Files from which pytest takes its rootdir (the base of every node id) and its settings, and
+# the section that makes each one count.
+PYTEST_CONFIGS = {"pytest.ini": "", ".pytest.ini": "", "pyproject.toml": "[tool.pytest.ini_options]",
+                  "tox.ini": "[pytest]", "setup.cfg": "[tool:pytest]"}
+
+
+def check_temp_root(root: Path) -> None:
+    """SandboxError when a pytest config sits above the folder the copies go to: pytest would
+    take its rootdir from there, so every node id would carry the copy's random folder name and
+    match no FAIL_TO_PASS/PASS_TO_PASS (and that project's settings would apply to the task)."""
+    for folder in [root, *root.parents]:
+        for name, section in PYTEST_CONFIGS.items():
+            path = folder / name
+            try:
+                if path.is_file() and section in path.read_text(encoding="utf-8", errors="replace"):
+                    raise SandboxError(
+                        f"the process sandbox copies repositories under {root}, below {path}, which "
+                        f"configures pytest: the tests would run with that folder as their root. Set "
+                        f"TMPDIR to a folder outside any Python project (e.g. TMPDIR=/tmp)")
+            except OSError:
+                continue
 
 
 def _can_unshare_net() -> bool:
@@ -124,6 +148,7 @@ class ProcessSandbox(Sandbox):
     def __init__(self, python: str | None = None, isolate_network: bool = True):
         self.python = python or sys.executable
         self.prefix: tuple[str, ...] = ()
+        check_temp_root(Path(tempfile.gettempdir()).resolve())
         sweep_temp_dirs()
         if isolate_network and _can_unshare_net():
             self.prefix = ("unshare", "--net", "--map-root-user")

@@ -38,15 +38,13 @@ import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from forgeline.config import ConfigError
-from forgeline.provenance import Manifest, atomic_path, canonical_json, sha256_bytes
+from forgeline.provenance import Manifest, atomic_dir, atomic_path, canonical_json, sha256_bytes
 from forgeline.sandbox import grading
 from forgeline.sandbox.grading import is_test_path
 from forgeline.params import SandboxConfig
@@ -400,31 +398,6 @@ def _check_out_dir(out_dir: Path, allowed: set[str], protected: Iterable[Path]) 
         raise ConfigError(f"--out-dir {out_dir} exists and is not a folder")
 
 
-def replace_dir(out_dir: Path, build) -> None:
-    """Build a tree with build(tmp) in a temp sibling of out_dir, then swap it in whole.
-
-    A killed job leaves the old tree (or, between the two renames, no tree and a
-    `.<name>.old-*` sibling), never a half-written one; leftovers of killed runs are removed."""
-    parent, name = out_dir.parent, out_dir.name
-    parent.mkdir(parents=True, exist_ok=True)
-    for stale in sorted(parent.glob(f".{name}.tmp-*")) + sorted(parent.glob(f".{name}.old-*")):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent))
-    old = None
-    try:
-        os.chmod(tmp, 0o755)
-        build(tmp)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent))
-            os.rmdir(old)
-            os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-dir", required=True, type=Path,
                         help="the split: <split>.jsonl files and split.json (`forgeline split`)")
@@ -487,8 +460,9 @@ def run(cfg, args: argparse.Namespace) -> None:
             tmp.write_text(json.dumps(index_record(digests, split_digest), indent=2,
                                       sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
-    with manifest.timed("export"):
-        replace_dir(out_dir, build)
+    # replaced whole (an earlier export holds index.json); a killed job leaves the old tree
+    with manifest.timed("export"), atomic_dir(out_dir, owned=(INDEX_NAME,)) as tmp:
+        build(tmp)
     index = index_record(digests, split_digest)
     manifest.notes = {"split_digest": split_digest, "counts": index["counts"],
                       "index_sha256": sha256_bytes(canonical_json(index).encode())}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forgeline.provenance import Manifest
+from forgeline.provenance import Manifest, atomic_dir
 from forgeline.workflow import verify
 from forgeline.workflow.verify import check, check_tree, dag_outputs, dvc_dir_md5, lock_records
 
@@ -110,7 +110,23 @@ def _edit(manifest: Path) -> None:
     manifest.write_text(json.dumps(record))
 
 
+def test_an_edited_manifest_is_named_without_dvc_lock(tree):
+    """Each stage indexed its manifest's sha256 outside results/ when it wrote it."""
+    _edit(tree / "results/score.manifest.json")
+    _edit(tree / "results/model/manifest.json")
+    problems = {p.path: p.what for p in check(tree, Path("results"))[0]}
+    for manifest in ("results/model/manifest.json", "results/score.manifest.json"):
+        assert problems[manifest].startswith("manifest edited since its stage wrote it"), problems
+        assert "rerun the stage" in problems[manifest]
+    # a directory output's manifest is indexed under its final name, after atomic_dir's swap
+    with atomic_dir(tree / "results/other") as tmp:
+        Manifest(stage="other").write(tmp / "manifest.json", outputs=[])
+    assert (tree / ".forgeline/manifests/results/other/manifest.json.sha256").is_file()
+    assert not [p for p in (tree / ".forgeline/manifests/results").iterdir() if p.name.endswith(".tmp")]
+
+
 def test_an_edited_manifest_is_named_through_dvc_lock(tree):
+    shutil.rmtree(tree / ".forgeline/manifests")  # a pulled tree: no index, dvc.lock tells
     _edit(tree / "results/score.manifest.json")
     assert check(tree, Path("results"))[0] == []
     problems = findings(tree).problems

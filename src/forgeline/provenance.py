@@ -153,6 +153,22 @@ def is_write_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp") and _OWNER_TAG.search(name) is not None
 
 
+MANIFEST_INDEX = Path(".forgeline/manifests")
+
+
+def index_manifest(path: str | os.PathLike) -> None:
+    """Record a manifest's sha256 outside results/, under MANIFEST_INDEX in the working directory
+    (where the stages run), once it has its final name: `forgeline verify` then catches an
+    edited manifest without a dvc.lock. One inside an atomic_dir temp is indexed after the swap;
+    one outside the working directory is not indexed."""
+    path = Path(os.path.abspath(path))
+    cwd = Path.cwd()
+    if not path.is_relative_to(cwd) or any(is_write_temp(part) for part in path.parts):
+        return
+    rel = path.relative_to(cwd).as_posix()
+    write_text(cwd / MANIFEST_INDEX / f"{rel}.sha256", sha256_file(path) + "\n")
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -279,6 +295,8 @@ def atomic_dir(path: str | os.PathLike, owned: Iterable[str] = (MANIFEST_NAME,))
         else:  # (under Snakemake always: it deletes a job's outputs before the job starts)
             os.rename(tmp, path)
         fault_point("dir.replaced", path)
+        if (path / MANIFEST_NAME).is_file():
+            index_manifest(path / MANIFEST_NAME)
     finally:
         _remove(old)
         if old != tmp:
@@ -407,4 +425,5 @@ class Manifest:
             "outputs": [file_record(p) for p in outputs],
         }
         write_json(path, record)
+        index_manifest(path)
         return record

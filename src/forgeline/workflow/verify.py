@@ -13,7 +13,8 @@ others cannot:
   are gone takes its manifest with it (a directory output keeps its manifest inside), so only
   this list can say that `results/adapter` or `results/policy/sft` should be there;
 - dvc.lock, when there is one (a tagged run): the md5 DVC recorded for every output, manifests
-  included, outside the outputs themselves, so an edited manifest is caught too.
+  included, outside the outputs themselves, so an edited manifest is caught too; where there is
+  none, the index each stage wrote of its manifest (provenance.index_manifest) catches it.
 
 Completeness: by default every stage of the DAG must be present (what a plain `dvc pull`
 gives). With `--partial` (after `dvc pull TARGETS`), a stage whose outputs are ALL absent and
@@ -45,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forgeline.provenance import file_record, is_write_temp, owner_of, sweep_leftovers, tree_digest
+from forgeline.provenance import (MANIFEST_INDEX, file_record, is_write_temp, owner_of, sha256_file,
+                                  sweep_leftovers, tree_digest)
 
 log = logging.getLogger(__name__)
 # Files under results/ that are not artifacts: DVC's per-directory .gitignore files.
@@ -228,6 +230,8 @@ def check_tree(root: Path, results: Path, inputs: bool = True,
             unreadable.append(Problem(mrel, f"unreadable manifest ({type(exc).__name__}: {exc})"))
             continue
         listed.add(mrel)
+        if edited := edited_since_written(root, mrel, locked):
+            outputs_wrong.append(Problem(mrel, edited, (mrel,)))
         for expected in outputs:
             rel = expected["path"]
             listed.add(Path(rel).as_posix())
@@ -384,6 +388,21 @@ def compare_lock(root: Path, rel: str, expected: dict[str, Any]) -> list[tuple[s
              for r in sorted(set(tree) | set(recorded)) if tree.get(r) != recorded.get(r)]
     return [(p, f"{what} (dvc.lock's {rel})") for p, what in diffs] or \
         [(rel, f"directory differs (dvc.lock {want[:12]}…)")]
+
+
+def edited_since_written(root: Path, mrel: str, locked: dict | None) -> str | None:
+    """What is wrong when a manifest differs from the sha256 its stage indexed when it wrote it
+    (provenance.index_manifest). Where dvc.lock records the manifest (or its folder), dvc.lock is
+    the reference instead: a `dvc checkout` of another run legitimately replaces both."""
+    index = root / MANIFEST_INDEX / f"{mrel}.sha256"
+    if any(mrel == k or _is_below(mrel, Path(k)) for k in locked or {}) or not index.is_file():
+        return None
+    want = index.read_text(encoding="utf-8").strip()
+    have = sha256_file(root / mrel)
+    if have == want:
+        return None
+    return (f"manifest edited since its stage wrote it (sha256 {have[:12]}…, "
+            f"{MANIFEST_INDEX / mrel}.sha256 says {want[:12]}…): rerun the stage")
 
 
 def _is_below(rel: str, folder: Path) -> bool:

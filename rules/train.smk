@@ -1,6 +1,7 @@
 # Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic;
-# PPO then trains a LoRA adapter of the actor on the train split with that critic. PPO's
-# checkpoints (resume state, not an artifact) live in .forgeline/, outside DVC's results/.
+# PPO then trains a LoRA adapter of the actor on the train split with that critic. GRPO trains
+# another adapter from the same base, split and sandbox with no critic (group-relative
+# advantages). Checkpoints (resume state, not an artifact) live in .forgeline/, outside results/.
 
 
 rule offline_rollouts:
@@ -72,3 +73,25 @@ rule ppo:
         "forgeline ppo {CONFIG} --policy {input.policy} --critic {input.critic}"
         " --tasks {input.tasks} --out {output.adapter} --checkpoints .forgeline/ppo-checkpoints"
         " --log {log}"
+
+
+rule grpo:
+    input:
+        policy=BASE_POLICY,
+        tasks="results/split/train.jsonl",
+        images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
+        code=stage_code("forgeline.train.grpo"),
+    output:
+        adapter=directory("results/adapter-grpo"),
+    params:
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.grpo"),
+    log:
+        "logs/grpo.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
+        gpus=0,
+    shell:
+        "forgeline grpo {CONFIG} --policy {input.policy} --tasks {input.tasks} --out {output.adapter}"
+        " --checkpoints .forgeline/grpo-checkpoints --log {log}"

@@ -161,7 +161,9 @@ def test_hub_base_replaces_the_tiny_policy_phase(tmp_path):
     overlay = {"policy": {"base": {"source": "hub", "hub": {"repo_id": "org/agent", "revision": "0" * 40}}},
                "repos": {"sft": []},
                "evaluation": {"policies": {"base": {"path": "results/policy/hub"},
-                                           "ppo": {"path": "results/adapter", "base": "results/policy/hub"}}}}
+                                           "ppo": {"path": "results/adapter", "base": "results/policy/hub"},
+                                           "grpo": {"path": "results/adapter-grpo",
+                                                    "base": "results/policy/hub"}}}}
     (project / "hub.yaml").write_text(yaml.safe_dump(overlay))
     out = tp.run(project, "snakemake", "-n", "--cores", "2", "--configfile", "hub.yaml").stdout
     jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))
@@ -169,7 +171,7 @@ def test_hub_base_replaces_the_tiny_policy_phase(tmp_path):
     dot = tp.run(project, "snakemake", "--rulegraph", "--cores", "1", "--configfile", "hub.yaml").stdout
     names = dict(re.findall(r'(\d+)\[label = "(\w+)"', dot))
     fed = {names[b] for a, b in re.findall(r"(\d+) -> (\d+)", dot) if names[a] == "policy_hub"}
-    assert {"difficulty", "offline_rollouts", "critic", "ppo", "evaluate"} <= fed, fed
+    assert {"difficulty", "offline_rollouts", "critic", "ppo", "grpo", "evaluate"} <= fed, fed
 
 
 def test_committed_dvc_yaml_is_current():

@@ -90,6 +90,7 @@ def make_project(dest: Path) -> Path:
     params["train"]["rollouts"]["samples_per_task"] = 2
     params["train"]["critic"].update(epochs=1, threads=1, max_seq_len=1024)
     params["train"]["ppo"].update(steps=1, tasks_per_step=1, threads=1)
+    params["train"]["grpo"].update(steps=1, tasks_per_step=1, group_size=2, threads=1)
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
                                         "heldout": ["results/validated/epsilon.jsonl"]}, threads=1)
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -123,7 +124,8 @@ def artifact_digests(project: Path) -> dict[str, str]:
 # artifacts made from them: two honest runs differ there and nowhere else.
 WALL_CLOCK_KEYS = {"timing", "time", "wall_s", "mean_wall_s", "wall_s_ratio"}
 WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables.csv",
-                    "results/report/report.html", "results/adapter/checkpoint-summary.json")
+                    "results/report/report.html", "results/adapter/checkpoint-summary.json",
+                    "results/adapter-grpo/checkpoint-summary.json")
 
 
 # Fields that name the checkout a stage ran in: the adapter's base, by absolute path so that

@@ -37,6 +37,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "difficulty": ("forgeline.agent.difficulty", "pass@k of the base policy; keep tasks in the band"),
     "critic": ("forgeline.train.critic", "pretrain the value model on offline rollouts"),
     "ppo": ("forgeline.train.ppo", "PPO of a LoRA adapter on the train pool (torchrun for several processes)"),
+    "grpo": ("forgeline.train.grpo", "GRPO of a LoRA adapter on the train pool: group-relative advantages, no critic"),
     "evaluate": ("forgeline.evaluation.evaluate", "one policy on one panel, paired seeds, resumable"),
     "tables": ("forgeline.evaluation.tables", "paired tables: success, CI, wins/ties/losses, McNemar p"),
     "report": ("forgeline.evaluation.report", "the HTML evidence page, plots and dvc-plots CSVs"),

@@ -712,13 +712,55 @@ class PPOConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GRPOConfig:
+    """`train.grpo`: GRPO of a LoRA adapter on the base policy: group-relative advantages, no critic."""
+
+    steps: int = spec(ge=1)
+    """GRPO steps"""
+    tasks_per_step: int = spec(ge=1)
+    """tasks sampled from the train pool per step"""
+    group_size: int = spec(ge=2)
+    """G: episodes per sampled task and step (one group)"""
+    advantage: Literal["std", "mean", "loo"]
+    """std: (r - group mean) / group std | mean: r - group mean | loo: r - mean of the others"""
+    clip_low: float = spec(ge=0, lt=1)
+    """eps_low: the ratio is clipped below at 1 - clip_low (negative advantages)"""
+    clip_high: float = spec(ge=0)
+    """eps_high: the ratio is clipped above at 1 + clip_high (positive advantages)"""
+    kl_coef: float = spec(ge=0)
+    """weight of the KL to the base policy (adapter disabled) in the loss (0: no KL term)"""
+    kl_estimator: Literal["k1", "k2", "k3"]
+    """Schulman's estimator of the KL term and of the logged KL"""
+    epochs: int = spec(ge=1)
+    """passes over the step's episodes"""
+    minibatches: int = spec(ge=1)
+    """optimizer steps per pass (episodes split evenly, seeded order)"""
+    lr: float = spec(ge=0)
+    """AdamW lr of the adapter (constant)"""
+    betas: list[float] = spec(ge=0, lt=1, min_items=2, max_items=2)
+    """AdamW betas"""
+    weight_decay: float = spec(ge=0)
+    """AdamW weight decay"""
+    grad_clip: float = spec(ge=0)
+    """max global gradient norm"""
+    lora: AdapterConfig
+    checkpoint_every: int = spec(ge=1)
+    """steps between checkpoints (the last step always gets one)"""
+    keep_checkpoints: int = spec(ge=0)
+    """newest checkpoints kept (0: all)"""
+    threads: int = spec(ge=1)
+    """torch threads per process"""
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """`train`: SFT of the tiny model, the offline rollouts, the critic and PPO."""
+    """`train`: SFT of the tiny model, the offline rollouts, the critic, PPO and GRPO."""
 
     sft: SftConfig
     rollouts: RolloutsConfig
     critic: CriticConfig
     ppo: PPOConfig
+    grpo: GRPOConfig
 
 
 # -- evaluation --------------------------------------------------------------------------------

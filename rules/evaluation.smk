@@ -26,7 +26,7 @@ BASE_CURVES = [*(["copy_curve"] if COPY_PRETRAINED else []), *(["sft_curve"] if 
 # the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
 REPORT_PLOTS = ["success", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "ppo_curve"]
 MANIFEST_DIRS = [*(["results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
-                 "results/critic", "results/adapter"]
+                 "results/critic", "results/adapter", "results/adapter-grpo"]
 
 
 rule evaluate:

@@ -1,13 +1,15 @@
 """GRPO: the group-relative advantages (centring, std, leave-one-out, groups without signal
 dropped and counted), the asymmetric clip, the token-level loss whose gradient on a toy softmax
 policy equals the analytic one; the trainer raises a synthetic reward on the tiny LM; the stage
-runs end to end through the real agent and the process sandbox, exports a PEFT adapter and
-resumes an interrupted run to the same adapter."""
+runs end to end through the real agent and the process sandbox, exports a PEFT adapter,
+resumes an interrupted run to the same adapter and gives the same adapter under torchrun with 2
+processes (gloo)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -274,3 +276,34 @@ def test_stage_resumes_an_interrupted_run_to_the_same_adapter(world, uninterrupt
     rows = lambda folder: [{k: v for k, v in json.loads(line).items() if k not in ("wall_s", "time")}  # noqa: E731
                            for line in (folder / "train_log.jsonl").read_text().splitlines()]
     assert rows(out) == rows(uninterrupted)
+
+
+def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):
+    out = tmp_path / "adapter-grpo"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"cfg": world["data"], "args": vars(_args(world, out))}))
+    runner = tmp_path / "runner.py"
+    runner.write_text("import argparse, json, sys, torch\n"
+                      "torch.set_num_threads(1)\n"
+                      "from forgeline.config import Config\n"
+                      "from forgeline.train import grpo\n"
+                      "spec = json.load(open(sys.argv[1]))\n"
+                      "grpo.run(Config(data=spec['cfg']), argparse.Namespace(**spec['args']))\n")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", str(runner), str(spec)],
+                          capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert json.loads((out / "manifest.json").read_text())["notes"]["world_size"] == 2
+    a, b = _adapter(uninterrupted), _adapter(out)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+    rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    ref = [json.loads(x) for x in (uninterrupted / "train_log.jsonl").read_text().splitlines()]
+    for r, s in zip(rows, ref):
+        assert (r["episodes"], r["kept"], r["drops"], r["groups_dropped"], r["trained"], r["tokens"]) == \
+            (s["episodes"], s["kept"], s["drops"], s["groups_dropped"], s["trained"], s["tokens"])
+        assert r["reward_mean"] == pytest.approx(s["reward_mean"])
+        assert (r["policy_loss"] is None) == (s["policy_loss"] is None)
+        if r["policy_loss"] is not None:
+            assert r["policy_loss"] == pytest.approx(s["policy_loss"], rel=1e-4, abs=1e-7)

@@ -93,3 +93,29 @@ def registry():
         if res.returncode != 0 or not up():
             unavailable(f"no registry at 127.0.0.1:5000: {res.stderr.strip()[-500:]}")
     return "127.0.0.1:5000"
+
+
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> tuple[Path, str]:
+    """A pure-Python wheel `NAME-VERSION-py3-none-any.whl` in `folder` that pip installs offline:
+    `files` (path in the wheel -> text) and its dist-info (METADATA, WHEEL, RECORD); the same
+    inputs give the same bytes. Returns (path, sha256 hex)."""
+    import base64
+    import hashlib
+    import zipfile
+    info = f"{name}-{version}.dist-info"
+    members = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+               f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: forgeline-tests\nRoot-Is-Purelib: true\n"
+                                "Tag: py3-none-any\n"}
+
+    def digest(text: str) -> str:
+        raw = hashlib.sha256(text.encode()).digest()
+        return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    members[f"{info}/RECORD"] = "".join(f"{p},{digest(t)},{len(t.encode())}\n" for p, t in members.items()) \
+        + f"{info}/RECORD,,\n"
+    path = Path(folder) / f"{name}-{version}-py3-none-any.whl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for rel, text in members.items():
+            zf.writestr(zipfile.ZipInfo(rel, date_time=(2000, 1, 1, 0, 0, 0)), text)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()

@@ -15,7 +15,7 @@ def get_sandbox(backend: str | Mapping | SandboxConfig) -> Sandbox:
     section = {"backend": backend} if isinstance(backend, str) else as_dict(backend)
     if section["backend"] == "process":
         from forgeline.sandbox.process import ProcessSandbox
-        return ProcessSandbox()
+        return ProcessSandbox.from_config(section)
     if section["backend"] == "docker":
         from forgeline.sandbox.docker import DockerSandbox
         return DockerSandbox.from_config(section)

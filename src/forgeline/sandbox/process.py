@@ -2,6 +2,11 @@
 
 It isolates nothing but the working directory (and the network, where `unshare` can make a
 namespace). Every run says so on stderr. Use the docker backend for anything you publish.
+
+Task code imports what it would import in the repository's image, beyond this interpreter's own
+packages: the copy's src/ in a src/ layout (the image's PYTHONPATH=/testbed/src), then the
+snapshot's pinned test dependencies (images.LOCK_FILE), the same wheel files the image
+installs, unpacked once on this machine (images.wheel_site), both on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -14,11 +19,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
+from forgeline.params import BaseImageConfig
 from forgeline.provenance import fault_point, owned_tempdir, sweep_temp_dirs
+from forgeline.sandbox import images
 from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
 from forgeline.sandbox.grading import parse_results, pytest_shell
+from forgeline.sandbox.snapshot import SRC_DIR, src_layout
 
 OUTPUT_LIMIT = 64_000
 MEMORY_LIMIT_BYTES = 2 << 30  # address space per task process: a runaway mutation dies, not the host
@@ -60,11 +68,13 @@ def _can_unshare_net() -> bool:
 ALLOWED_ENV = ("PATH", "LANG", "TERM")
 
 
-def _clean_env(home: Path) -> dict[str, str]:
+def _clean_env(home: Path, python_path: Sequence[Path] = ()) -> dict[str, str]:
     env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
     # No third-party pytest plugins (hydra's, from dvc, costs 0.8 s a run) and no bytecode files.
     env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", TZ="UTC",
                LC_ALL="C.UTF-8", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    if python_path:  # the session's src/ and the pinned wheels: what the image adds (module doc)
+        env["PYTHONPATH"] = os.pathsep.join(map(str, python_path))
     return env
 
 
@@ -72,11 +82,14 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
 
 
-def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = ()) -> ExecResult:
+def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = (),
+              python_path: Sequence[Path] = ()) -> ExecResult:
     """Run `command` with bash in its own process group, with an allow-listed environment
-    (HOME is the folder above `cwd`); kill the whole group on timeout."""
+    (HOME is the folder above `cwd`; PYTHONPATH `python_path` when not empty); kill the whole
+    group on timeout."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd, env=_clean_env(cwd.parent),
+    proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd,
+                            env=_clean_env(cwd.parent, python_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=_limit_memory)
     timed_out = False
@@ -122,6 +135,7 @@ class ProcessSession(Session):
                         ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc"))
         self._sandbox = sandbox
         try:
+            self.python_path = sandbox.python_path(env, self.workdir)
             apply_patches(self.workdir, patches)
             if track_changes:
                 _git_init(self.workdir)
@@ -131,7 +145,7 @@ class ProcessSession(Session):
         fault_point("sandbox.ready", env.repo)
 
     def exec(self, command: str, timeout_s: float) -> ExecResult:
-        return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix)
+        return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix, self.python_path)
 
     def diff(self) -> str:
         subprocess.run(["git", "add", "-A"], cwd=self.workdir, check=True)
@@ -145,8 +159,16 @@ class ProcessSession(Session):
 class ProcessSandbox(Sandbox):
     name = "process"
 
-    def __init__(self, python: str | None = None, isolate_network: bool = True):
+    def __init__(self, python: str | None = None, isolate_network: bool = True,
+                 base_image: BaseImageConfig | Mapping[str, Any] | None = None,
+                 cache_dir: Path = images.DEFAULT_CACHE_DIR):
+        """base_image: the config's sandbox.docker.base_image, which names the Python a snapshot's
+        pinned wheels are chosen for (needed only for a snapshot with images.LOCK_FILE);
+        cache_dir: where the wheels are fetched to and unpacked (as `forgeline image --cache-dir`)."""
         self.python = python or sys.executable
+        self.base_image = base_image
+        self.cache_dir = Path(cache_dir)
+        self._sites: dict[str, Path | None] = {}  # lock file text -> unpacked wheels
         self.prefix: tuple[str, ...] = ()
         check_temp_root(Path(tempfile.gettempdir()).resolve())
         sweep_temp_dirs()
@@ -159,6 +181,36 @@ class ProcessSandbox(Sandbox):
                   "it is for development only (use the docker backend for real runs)",
                   file=sys.stderr)
             _warned = True
+
+    @classmethod
+    def from_config(cls, sandbox_section: Mapping[str, Any]) -> "ProcessSandbox":
+        """The process sandbox of the config's `sandbox` section (its docker.base_image picks the
+        pinned wheels: the same files the repository's image installs)."""
+        return cls(base_image=((sandbox_section or {}).get("docker") or {}).get("base_image"))
+
+    def python_path(self, env: TaskEnv, workdir: Path) -> list[Path]:
+        """PYTHONPATH of a session of `env` copied to `workdir`: the copy's src/ when the snapshot
+        has a src/ layout, then the folder of the snapshot's unpacked pinned wheels, if any."""
+        site = self._wheel_site(env)
+        return [*([workdir / SRC_DIR] if src_layout(env.source) else []), *([site] if site else [])]
+
+    def _wheel_site(self, env: TaskEnv) -> Path | None:
+        """images.wheel_site of the snapshot, once per lock file text; None without pins. The
+        wheels are the image's (its Python, its platform): a binary one needs this machine's
+        interpreter to match them."""
+        lock = Path(env.source) / images.LOCK_FILE
+        if not lock.is_file():
+            return None
+        key = lock.read_text(encoding="utf-8")
+        if key not in self._sites:
+            if self.base_image is None and images.snapshot_lock(env.source):
+                raise SandboxError(
+                    f"{env.repo} pins test dependencies ({lock}); the process sandbox needs the "
+                    "config's sandbox.docker.base_image to choose their wheels: make it with "
+                    "get_sandbox(cfg.sandbox) or ProcessSandbox(base_image=...)")
+            self._sites[key] = (None if self.base_image is None else
+                                images.wheel_site(env.source, self.cache_dir, base_section=self.base_image))
+        return self._sites[key]
 
     def session(self, env: TaskEnv, patches: Sequence[str] = ()) -> ProcessSession:
         return ProcessSession(self, env, patches)

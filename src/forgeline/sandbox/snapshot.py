@@ -16,6 +16,7 @@ import hashlib
 import os
 import platform
 from pathlib import Path
+from typing import Sequence
 
 from forgeline.sandbox.base import TaskEnv
 
@@ -26,6 +27,10 @@ GIT_IDENTITY = b"forgeline <forgeline@localhost> 946684800 +0000"
 GIT_MESSAGE = b"baseline\n"
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".git"}
+# A src/ layout: the packages live under src/ and import by their own names, because every
+# backend puts the session's src/ on PYTHONPATH (envs/repo.Dockerfile: /testbed/src; the process
+# backend: its copy's src/).
+SRC_DIR = "src"
 
 
 def snapshot_files(root: Path) -> list[Path]:
@@ -34,6 +39,18 @@ def snapshot_files(root: Path) -> list[Path]:
         (p for p in root.rglob("*")
          if p.is_file() and p.suffix != ".pyc" and not IGNORED_PARTS & set(p.relative_to(root).parts)),
         key=lambda p: p.relative_to(root).as_posix())
+
+
+def import_parts(parts: Sequence[str]) -> tuple[str, ...]:
+    """A snapshot path's parts as Python imports them: ('src', 'pkg', 'm.py') -> ('pkg', 'm.py')
+    in a src/ layout; any other path unchanged."""
+    return tuple(parts[1:]) if len(parts) > 1 and parts[0] == SRC_DIR else tuple(parts)
+
+
+def src_layout(root: Path) -> bool:
+    """Whether the snapshot at `root` has a src/ layout: a src/ folder, which the image's
+    PYTHONPATH=/testbed/src makes importable (a no-op in an image without one)."""
+    return (Path(root) / SRC_DIR).is_dir()
 
 
 def _git_object(kind: bytes, body: bytes) -> bytes:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgeline.sandbox.base import TaskEnv
-from forgeline.sandbox.snapshot import image_name, snapshot_commit, snapshot_dir, snapshot_files, split_folder
+from forgeline.sandbox.snapshot import (image_name, import_parts, snapshot_commit, snapshot_dir, snapshot_files,
+                                        split_folder)
 from forgeline.sandbox.verify import admissible
 
 
@@ -59,7 +60,7 @@ class RepoSnapshot:
         out = []
         for p in files:
             parts = p.relative_to(self.path).parts
-            top = parts[:2] if parts[0] == "src" else parts[:1]
+            top = parts[:len(parts) - len(import_parts(parts)) + 1]  # the package, under src/ or not
             if (p.suffix == ".py" and len(parts) > len(top)
                     and (self.path.joinpath(*top) / "__init__.py").is_file()
                     and admissible("/".join(parts), frozenset(), names) is None):

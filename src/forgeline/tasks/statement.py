@@ -20,6 +20,7 @@ from typing import Sequence
 
 from forgeline.provenance import sha256_bytes
 from forgeline.sandbox.grading import is_test_path
+from forgeline.sandbox.snapshot import import_parts
 from forgeline.tasks.mutations import Site, parse
 
 
@@ -128,9 +129,7 @@ _OPERATOR_MESSAGES = [
 def module_name(relpath: str) -> str:
     """'ledgerkit/money.py' -> 'ledgerkit.money'; a package's __init__.py -> the package;
     'src/pkg/mod.py' -> 'pkg.mod'."""
-    parts = relpath[:-3].split("/") if relpath.endswith(".py") else relpath.split("/")
-    if parts[0] == "src" and len(parts) > 1:  # a src/ layout: the import name starts below it
-        parts = parts[1:]
+    parts = list(import_parts(relpath[:-3].split("/") if relpath.endswith(".py") else relpath.split("/")))
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)

@@ -269,6 +269,65 @@ def test_hf_engine_greedy_padding_stop_and_text(hf, lm, tok):
         hf.generate(prompts, lm.config.max_position_embeddings)
 
 
+def test_hf_engine_prefix_cache_prefills_only_the_new_turn_and_forgets_old_weights(lm, tok):
+    """A prompt that extends an earlier prompt and its sample (the agent's next turn) starts from
+    the cached states: the same tokens and logprobs as an engine without a cache, only the new
+    tokens prefilled; sibling prompts share their common prefix; new weights empty the cache."""
+    cached, fresh = engine.HFEngine(lm, tok), engine.HFEngine(lm, tok, prefix_cache_bytes=0)
+    assert fresh.prefix_cache is None
+    prompts = _prompts(tok)
+    turn1 = cached.generate(prompts, 8, temperature=0.0)
+    assert [g.token_ids for g in turn1] == [g.token_ids for g in fresh.generate(prompts, 8, temperature=0.0)]
+    pc = cached.prefix_cache
+    first_prefill = pc.prefilled_tokens
+    # the prompts share the system turn: later rows start from the first row's states
+    assert first_prefill + pc.hits_tokens == sum(len(p) - 1 for p in prompts)
+    shared = next(i for i, col in enumerate(zip(*prompts)) if len(set(col)) > 1)
+    assert pc.hits_tokens >= 2 * shared > 0
+    answer = chat.render_ids(tok, [{"role": "user", "content": "it still fails"}])
+    turn2 = [p + g.token_ids + answer for p, g in zip(prompts, turn1)]
+    again, ref = cached.generate(turn2, 10, temperature=0.0), fresh.generate(turn2, 10, temperature=0.0)
+    assert [g.token_ids for g in again] == [g.token_ids for g in ref]
+    for a, b in zip(again, ref):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+    # only the last sampled token and the answer were new, for every row
+    assert pc.prefilled_tokens - first_prefill == len(prompts) * len(answer)
+    # siblings: two seeds of the same prompt in one call prefill it once
+    pc.clear()
+    before = pc.prefilled_tokens
+    cached.generate([prompts[2], prompts[2]], 4, temperature=1.0, seed=1)
+    assert pc.prefilled_tokens - before == len(prompts[2]) - 1
+    # an optimizer step changes the weights: nothing cached may be reused
+    assert len(pc) > 0
+    with torch.no_grad():
+        lm.model.norm.weight.mul_(1.0)  # in place: torch counts it as a new version
+    hits = pc.hits_tokens
+    cached.generate([prompts[2]], 4, temperature=0.0)
+    assert pc.hits_tokens == hits and len(pc) == 1
+    # a one-token prompt has no past to cache
+    assert len(cached.generate([[prompts[0][0]]], 3, temperature=0.0)[0].token_ids) >= 1
+
+
+def test_prefix_cache_evicts_least_recently_used_past_its_budget():
+    from forgeline.policy.decode import PrefixCache
+
+    def kv(n):
+        return [(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4))]
+
+    cache = PrefixCache(max_bytes=2 * 2 * 10 * 4 * 4)  # two entries of 10 tokens
+    a, b, c = (torch.arange(10) + 100 * k for k in range(3))
+    cache.store(a, kv(10))
+    cache.store(b, kv(10))
+    assert cache.longest(torch.cat([a, torch.tensor([7])]))[0] == 10  # a is now the most recent
+    cache.store(c, kv(10))
+    assert cache.longest(torch.cat([b, torch.tensor([7])]))[0] == 0  # b went first
+    n, states = cache.longest(torch.cat([a[:6], torch.tensor([5, 5])]))
+    assert n == 6 and states[0][0].shape[2] == 6  # a common prefix, cut to its length
+    longer = torch.cat([a, torch.tensor([1, 2])])
+    cache.store(longer, kv(12))  # a is a prefix of it: replaced; 22 tokens > 20: c goes too
+    assert len(cache) == 1 and cache.longest(torch.cat([longer, torch.tensor([3])]))[0] == 12
+
+
 class _CompletionsServer(BaseHTTPRequestHandler):
     """A small OpenAI-compatible /v1/completions over an HFEngine, shaped like vLLM's answer."""
 

@@ -7,7 +7,7 @@
 2. generation: with `rollout.seeding: batch` ONE `engine.generate` call for all prompts
    (left-padded batch in HFEngine), seeded with derive_seed(0, "batch", <instance:seed:turn of
    every prompt, in order>); with `seeding: episode` one call per episode, seeded by the
-   episode's own `turn_seed()`, issued from threads (HFEngine serialises them on its RNG lock;
+   episode's own `turn_seed()`, issued from threads (HFEngine serialises them on its model lock;
    an OpenAIEngine serves them concurrently);
 3. the tool calls of all episodes run in parallel threads, each in its own sandbox session;
 4. finished episodes are verified in background threads (overlapping the next rounds'

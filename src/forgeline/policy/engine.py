@@ -2,8 +2,9 @@
 
     engine.generate(prompts, max_new_tokens, temperature, top_p, seed, stop) -> [Generation]
 
-- `HFEngine`: transformers `generate` in this process (batched, left-padded, seeded). The
-  tiny policy's engine, and the reference the other one is checked against.
+- `HFEngine`: a transformers model in this process (`forgeline.policy.decode`: batched,
+  seeded, a prefix cache across calls). The tiny policy's engine, and the reference the other
+  one is checked against.
 - `OpenAIEngine`: an OpenAI-compatible HTTP server's /v1/completions (vLLM serving the real
   8B policy, or the tiny one). Standard library only (urllib).
 
@@ -50,9 +51,9 @@ from forgeline.seeds import derive_seed
 log = logging.getLogger(__name__)
 
 Prompts = Sequence[Sequence[int]] | Sequence[str]
-# transformers samples from torch's process-wide RNG: seeding it and generating must not
-# interleave with another thread doing the same (an HTTP server, a thread pool).
-_TORCH_RNG_LOCK = threading.Lock()
+# One generation at a time per process: threads of a rollout (seeding: episode) or an HTTP
+# server share the model and its prefix cache.
+_MODEL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -105,18 +106,20 @@ def _first_stop(tokenizer, ids: list[int], stop: Sequence[str]) -> int | None:
 
 
 class HFEngine(Engine):
-    """transformers generation on a causal LM in this process.
+    """A causal LM in this process, sampled by `forgeline.policy.decode`.
 
     `eos_token_ids`: the tokens that end a turn (default: the tokenizer's eos and pad, i.e.
-    <|im_end|> and <|endoftext|>). `max_batch_size`: prompts per `generate` call (each
-    micro-batch gets its own seed derived from `seed` and its index). The model's own
-    generation_config (a real Qwen3 ships top_k=20, temperature=0.6, ...) is ignored: sampling
-    is exactly what `generate`'s arguments say.
+    <|im_end|> and <|endoftext|>). `max_batch_size`: prompts per decode batch (each
+    micro-batch gets its own seed derived from `seed` and its index). `prefix_cache_bytes`: key/
+    value states kept between calls, so a prompt that extends an earlier prompt and its sample
+    (the agent's next turn) prefills only its new tokens (0 = none); emptied when the weights
+    change. The model's own generation_config (a real Qwen3 ships top_k=20, temperature=0.6,
+    ...) is never read: sampling is exactly what `generate`'s arguments say.
     """
 
     def __init__(self, model, tokenizer, eos_token_ids: Sequence[int] | None = None,
-                 max_batch_size: int = 64):
-        from transformers import GenerationConfig
+                 max_batch_size: int = 64, prefix_cache_bytes: int = 512 * 2**20):
+        from forgeline.policy.decode import PrefixCache
 
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -129,9 +132,7 @@ class HFEngine(Engine):
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else self.eos_token_ids[0]
         self.max_batch_size = max_batch_size
-        # Neutral defaults, so nothing from the checkpoint's generation_config.json leaks in.
-        self.model.generation_config = GenerationConfig(
-            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
     @classmethod
     def from_pretrained(cls, path, dtype: str = "float32", **kwargs) -> "HFEngine":
@@ -168,50 +169,41 @@ class HFEngine(Engine):
                                                 derive_seed(seed, "batch", b), list(stop)))
         return results
 
+    def _stops(self, stop: list[str]):
+        """Whether a row's tokens now contain a stop string: only the tail can hold a new one."""
+        if not stop:
+            return None
+        window = 4 * max(map(len, stop)) + 4
+
+        def contains(tokens: list[int]) -> bool:
+            text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
+            return any(s in text for s in stop)
+        return contains
+
     def _generate_batch(self, batch: list[list[int]], max_new_tokens: int, temperature: float,
                         top_p: float, seed: int, stop: list[str]) -> list[Generation]:
         import torch
-        from transformers import GenerationConfig
 
-        width = max(map(len, batch))
-        input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, ids in enumerate(batch):  # left padding: every prompt ends at the same column
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
-        sample = temperature > 0
-        config = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=sample,
-            temperature=temperature if sample else None, top_p=top_p if sample else None,
-            top_k=0 if sample else None, repetition_penalty=1.0,
-            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id,
-            stop_strings=stop or None, output_scores=True, return_dict_in_generate=True)
-        with _TORCH_RNG_LOCK, torch.random.fork_rng(devices=[]), torch.inference_mode():
-            torch.manual_seed(seed)
-            device = self.model.device
-            out = self.model.generate(input_ids=input_ids.to(device),
-                                      attention_mask=attention.to(device), generation_config=config,
-                                      tokenizer=self.tokenizer if stop else None)
-        new = out.sequences[:, width:].cpu()
-        # scores[t] (batch, vocab) are the processed logits the token at step t was sampled from
-        logprobs = torch.stack([
-            torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, t, None].to(step.device))[:, 0].cpu()
-            for t, step in enumerate(out.scores)], dim=1)
+        from forgeline.policy.decode import decode_batch, weights_version
+
+        with _MODEL_LOCK, torch.inference_mode():
+            if self.prefix_cache is not None:
+                version = weights_version(self.model)
+                if version != self.prefix_cache.version:
+                    self.prefix_cache.clear()
+                    self.prefix_cache.version = version
+            rows = decode_batch(self.model, batch, max_new_tokens, temperature, top_p, seed,
+                                self.eos_token_ids, self.pad_token_id, self.prefix_cache,
+                                self._stops(stop))
         results = []
-        for row, ids in enumerate(batch):
-            toks = new[row].tolist()
-            end, reason = len(toks), "length"
-            for i, t in enumerate(toks):
-                if t in self.eos_token_ids:
-                    end, reason = i + 1, "stop"
-                    break
-            k = _first_stop(self.tokenizer, toks[:end], stop)
+        for ids, row in zip(batch, rows):
+            toks, reason = row.token_ids, "stop" if row.stopped else "length"
+            k = _first_stop(self.tokenizer, toks, stop)
             if k is not None:
-                end, reason = k, "stop"
-            toks = toks[:end]
+                toks, reason = toks[:k], "stop"
             body = toks[:-1] if toks and toks[-1] in self.eos_token_ids else toks
             results.append(Generation(
-                token_ids=toks, logprobs=[float(x) for x in logprobs[row, :end]],
+                token_ids=toks, logprobs=row.logprobs[:len(toks)],
                 text=self.tokenizer.decode(body, skip_special_tokens=False),
                 finish_reason=reason, prompt_tokens=len(ids)))
         return results

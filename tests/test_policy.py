@@ -535,6 +535,21 @@ def test_recall_sequences_label_only_what_an_earlier_stretch_predicts():
     assert all(len(set(row)) <= 7 for row in x.tolist()) and len({tuple(sorted(set(r))) for r in x.tolist()}) > 1
 
 
+def test_copy_loss_runs_the_head_on_labelled_positions_only_and_equals_the_full_loss():
+    config = tiny.tiny_qwen3_config(64, hidden_size=32, layers=1, heads=2, kv_heads=1, head_dim=16,
+                                    max_position_embeddings=128)
+    model = tiny.init_tiny_qwen3(config, 5)
+    x, y = copy_pretrain.recall_batch(random.Random(1), list(range(2, 64)), 4, 40, [2, 6], [3, 6])
+    loss, acc = copy_pretrain.copy_loss(model, x, y)
+    logits = model(input_ids=x).logits[:, :-1]
+    full = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), y[:, 1:].reshape(-1), ignore_index=-100)
+    mask = y[:, 1:] != -100
+    assert torch.allclose(loss, full, atol=1e-5)
+    assert acc == float((logits.argmax(-1)[mask] == y[:, 1:][mask]).float().mean())
+    loss.backward()  # the head's gradient flows through the selected positions
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
 def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences():
     """Both phases on a 2-layer model (64 ids): before, next-id accuracy on recurring stretches
     (random distances) is chance (~1/62); after the repeat phase (ended early once 70% of a
@@ -551,7 +566,7 @@ def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences
     def held_out_accuracy():
         x, y = copy_pretrain.recall_batch(random.Random("held out"), ids, 32, 48, [2, 8], [4, 8])
         with torch.no_grad():
-            return copy_pretrain.copy_loss(model(input_ids=x).logits, y)[1]
+            return copy_pretrain.copy_loss(model, x, y)[1]
 
     before = held_out_accuracy()
     curve = copy_pretrain.pretrain(model, ids, 1, cfg, seed=0, progress=False)

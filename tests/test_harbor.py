@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, unavailable
+from conftest import ROOT, make_wheel, unavailable
 from embedded import PARAMS
 from forgeline import cli, config as config_mod
+from forgeline.sandbox import images
 from forgeline.tasks import harbor
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import instance_id
@@ -36,11 +37,16 @@ SPLIT_NAMES = ("test", "train", "val")
 GAMMA_EXTRA_TESTS = ("\n\nimport pytest\n\n\n@pytest.mark.skip(reason='not today')\ndef test_skipped():\n"
                      "    assert False\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known_bad():\n"
                      "    assert span([1]) == 1\n")
+# alpha's tests need a third-party package, pinned in its lock file: a wheel built here (no index
+# has it), which the export must carry and install for the test to pass
+DEP, DEP_WHEEL = "fltinydep", "fltinydep-1.0-py3-none-any.whl"
+ALPHA_EXTRA_TESTS = (f"\n\nimport {DEP}\n\n\ndef test_pinned_dependency():\n"
+                     f"    assert add({DEP}.VALUE, 0) == 42\n")
 # (repo, source line, bugged line, FAIL_TO_PASS, PASS_TO_PASS) over tiny_project.TINY_REPOS
 BUGS = {
     "alpha": ("    return a + b\n", "    return a - b\n",
               ["test_add", "test_add_zero"],
-              ["test_clamp_edge", "test_clamp_high", "test_clamp_low"]),
+              ["test_clamp_edge", "test_clamp_high", "test_clamp_low", "test_pinned_dependency"]),
     "beta": ("        if x > t:\n", "        if x >= t:\n",
              ["test_count_above_edge"], ["test_count_above", "test_scale"]),
     "gamma": ("    return n % 2 == 0\n", "    return n % 2 == 1\n",
@@ -55,9 +61,13 @@ def make_patch(rel: str, before: str, after: str) -> str:
     return f"diff --git a/{rel} b/{rel}\n{body}"
 
 
-def write_repos(root: Path) -> None:
+def write_repos(root: Path, cache: Path) -> None:
+    """The repositories under `root`; the wheel alpha pins, as fetched, in `cache`/wheels."""
+    extra = {"alpha": ALPHA_EXTRA_TESTS, "gamma": GAMMA_EXTRA_TESTS}
     for name, (source, tests) in TINY_REPOS.items():
-        write_repo(root, name, source, tests + (GAMMA_EXTRA_TESTS if name == "gamma" else ""))
+        write_repo(root, name, source, tests + extra.get(name, ""))
+    _, sha = make_wheel(cache / "wheels", DEP, "1.0", {f"{DEP}/__init__.py": "VALUE = 42\n"})
+    (root / "alpha" / images.LOCK_FILE).write_text(f"{DEP}==1.0 \\\n    --hash=sha256:{sha}\n")
     # a name that sorts differently as a string ("alpha-notes" < "alpha/") and as a Path
     (root / "alpha" / "alpha-notes.txt").write_text("notes\n")
     (root / "alpha" / "run.sh").write_text("#!/bin/sh\necho hi\n")
@@ -103,7 +113,8 @@ def write_config(tmp: Path, repos: Path) -> Path:
 
 def harbor_argv(config: Path, split_dir: Path, out: Path) -> list[str]:
     return ["harbor", "--config", str(config), "--split-dir", str(split_dir),
-            "--out-dir", str(out), "--manifest", str(out / "manifest.json")]
+            "--out-dir", str(out), "--manifest", str(out / "manifest.json"),
+            "--cache-dir", str(config.parent / "cache")]
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +133,7 @@ def project(tmp_path_factory):
     and one `forgeline harbor` export: {root, repos, config, split, out, seconds}."""
     root = tmp_path_factory.mktemp("harbor")
     repos = root / "repos"
-    write_repos(repos)
+    write_repos(repos, root / "cache")
     tasks = root / "validated.jsonl"
     tasks.write_text("".join(json.dumps(i) + "\n" for i in instances(repos)))
     config = write_config(root, repos)
@@ -211,6 +222,31 @@ def test_layout_and_task_toml(project):
     assert "ARG BASE_IMAGE=debian:bookworm-slim" in dockerfile
     packages = yaml.safe_load((ROOT / "params.yaml").read_text())["sandbox"]["docker"]["base_image"]["packages"]
     assert "apt-get install" in dockerfile and " ".join(sorted(packages)) in dockerfile
+
+
+def test_pinned_wheels_travel_with_the_environment(project):
+    """alpha pins a test dependency: its task carries the very wheel file (sha256 of the lock
+    file) and installs it offline with the image stage's command; beta pins none: no wheels/, no
+    pip step."""
+    out = project["out"]
+    alpha, beta = task_dir_of(out, "alpha"), task_dir_of(out, "beta")
+    (pin,) = images.read_lock((project["repos"] / "alpha" / images.LOCK_FILE).read_text())
+    wheel = alpha / "environment" / "wheels" / DEP_WHEEL
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == pin.hashes[0]
+    assert wheel.read_bytes() == (project["root"] / "cache" / "wheels" / DEP_WHEEL).read_bytes()
+    assert sorted(p.name for p in (alpha / "environment" / "wheels").iterdir()) == [DEP_WHEEL, "requirements.txt"]
+    assert (alpha / "environment" / "wheels" / "requirements.txt").read_text() == \
+        f"{DEP}==1.0 --hash=sha256:{pin.hashes[0]}\n"
+    dockerfile = (alpha / "environment" / "Dockerfile").read_text()
+    assert f"COPY wheels/ {images.WHEEL_INSTALL_DIR}/\n" in dockerfile
+    assert f"    {images.WHEEL_INSTALL}; \\\n" in dockerfile and "python3 -m pip --version" in dockerfile
+    assert not (beta / "environment" / "wheels").exists()
+    plain = (beta / "environment" / "Dockerfile").read_text()
+    assert "wheels" not in plain and "pip install" not in plain and "pip --version" not in plain
+    # listed with the export's inputs
+    manifest = json.loads((out / "manifest.json").read_text())
+    inputs = {i["path"]: i for i in manifest["inputs"]}
+    assert inputs[str(project["root"] / "cache" / "wheels" / DEP_WHEEL)]["sha256"] == pin.hashes[0]
 
 
 def test_digests_are_harbors_and_the_export_is_deterministic(project, tmp_path):
@@ -485,7 +521,8 @@ def _sh(container, cmd: str, user: str = "root") -> tuple[int, str]:
 @pytest.mark.docker
 def test_task_environment_builds_and_grades_in_docker(project, docker_client, base_image):
     """Build environment/Dockerfile offline (BASE_IMAGE = forgeline's base), then what Harbor
-    does: the oracle as the agent user, /tests uploaded, test.sh as root."""
+    does: the oracle as the agent user, /tests uploaded, test.sh as root. alpha's tests import
+    its pinned dependency, installed from the exported wheel (no index is reachable)."""
     task = task_dir_of(project["out"], "alpha")
     tag = f"forgeline/harbortest:{hashlib.sha256(task.name.encode()).hexdigest()[:8]}"
     t0 = time.perf_counter()
@@ -509,7 +546,10 @@ def test_task_environment_builds_and_grades_in_docker(project, docker_client, ba
         code, outp = _sh(c, "cd /testbed && git log --format=%s && git status --porcelain && "
                             "grep -c 'return a - b' alpha/__init__.py && ls /tmp && "
                             "stat -c %U /testbed/alpha/__init__.py", user="forgeline")
-        assert code == 0 and outp.split() == ["baseline", "1", "forgeline"], outp
+        assert code == 0 and outp.split() == ["baseline", "1", "forgeline"], outp  # no wheels left in /tmp
+        code, outp = _sh(c, f"cd / && python3 -c 'import {DEP}; print({DEP}.VALUE, {DEP}.__file__)'",
+                         user="forgeline")
+        assert code == 0 and outp.split()[0] == "42" and outp.split()[1].startswith("/usr/local/lib/"), outp
 
         # no fix; a reward planted, and a process of the agent's user rewriting it in a loop
         _sh(c, "echo 1 > /logs/verifier/reward.txt")
@@ -523,8 +563,10 @@ def test_task_environment_builds_and_grades_in_docker(project, docker_client, ba
         time.sleep(0.3)
         code, outp = _sh(c, "cat /logs/verifier/reward.txt; ls /logs/verifier; "
                             "python3 -c \"import json; r = json.load(open('/logs/verifier/report.json'));"
-                            " print(r['sandbox_user'], r['resolved'])\"")
-        assert outp.split() == ["0", "report.json", "reward.txt", "True", "False"], outp
+                            " print(r['sandbox_user'], r['resolved'], r['pass_to_pass']['passed'],"
+                            " r['pass_to_pass']['total'])\"")
+        # the bug fails FAIL_TO_PASS; PASS_TO_PASS passes, test_pinned_dependency (its import) too
+        assert outp.split() == ["0", "report.json", "reward.txt", "True", "False", "4", "4"], outp
 
         # the oracle as the agent user, then the verifier as root: 1
         c = start()

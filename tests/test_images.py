@@ -129,6 +129,14 @@ def test_fetch_wheels_uses_the_cache_and_picks_the_wheel_for_the_image(tmp_path)
     assert images.wheel_entries([])[0][2].startswith(b"#")
 
 
+def test_the_repo_dockerfile_installs_wheels_with_the_one_command():
+    """envs/repo.Dockerfile runs images.WHEEL_INSTALL (the Harbor export writes the same), from
+    the folder it copies the context's wheels to."""
+    unfolded = " ".join(DOCKERFILE.replace("\\\n", " ").split())
+    assert f" {images.WHEEL_INSTALL};" in unfolded
+    assert f"COPY {images.WHEEL_DIR}/ {images.WHEEL_INSTALL_DIR}/" in unfolded
+
+
 def test_wheel_site_unpacks_the_pinned_wheels_for_the_process_backend(tmp_path):
     import io
     import zipfile

@@ -68,6 +68,15 @@ SUITE_PYTHON = {"bookworm": ("3.11", "2_36"), "trixie": ("3.13", "2_41")}
 # In the build context: the wheels and the requirements file the Dockerfile installs from.
 WHEEL_DIR = "wheels"
 WHEEL_REQUIREMENTS = f"{WHEEL_DIR}/requirements.txt"
+# Where a Dockerfile copies the context's WHEEL_DIR, and the one command that installs from it:
+# offline, nothing resolved, every file checked against its pinned sha256. envs/repo.Dockerfile
+# runs exactly this (tests/test_images.py holds it to it); the Harbor export writes it into each
+# task's Dockerfile.
+WHEEL_INSTALL_DIR = "/tmp/forgeline-wheels"
+WHEEL_INSTALL = ("python3 -m pip install --no-index --no-deps --require-hashes "
+                 f"--find-links {WHEEL_INSTALL_DIR} --no-compile --no-cache-dir "
+                 "--disable-pip-version-check --root-user-action=ignore --break-system-packages "
+                 f"-r {WHEEL_INSTALL_DIR}/requirements.txt")
 # Fixed file metadata in the context tar (2000-01-01): mtimes and owners never change a digest.
 CONTEXT_MTIME = 946684800
 # mmdebstrap honours SOURCE_DATE_EPOCH: the same packages give the same tarball.

@@ -8,6 +8,8 @@ results/harbor/manifest.json` writes, for every task of the split, `OUT/<split>/
     environment/Dockerfile   the repository snapshot at /testbed with the bug applied; builds
     environment/bug.patch    from public Debian packages, no forgeline image or registry needed
     environment/repo/...     the snapshot's files
+    environment/wheels/...   its pinned test dependencies (forgeline-requirements.txt), if any:
+                             the wheel files the image stage installs, and their requirements.txt
     solution/solve.sh        the oracle: `git apply -R` of the bug patch
     solution/bug.patch
     tests/test.sh            the verifier: removes any reward file first, runs tests/grade.py,
@@ -27,6 +29,12 @@ builds environment/Dockerfile (harbor.environments.definition.should_use_prebuil
 and forgeline's per-repository image is the PRISTINE snapshot (the sandbox applies the bug patch
 at session start): the agent would get a repository without the bug. The per-repository image
 is recorded as `[metadata] repo_image` instead.
+
+A snapshot's pinned test dependencies travel as files: the wheels `forgeline image` would put
+into its image (images.fetch_wheels from `--cache-dir`, each checked against the lock file's
+sha256; fetched once where missing), under environment/wheels/, installed by the Dockerfile with
+the image stage's own offline command (images.WHEEL_INSTALL). A snapshot without a lock file
+gets neither, and its Dockerfile is what it was before dependencies existed.
 """
 from __future__ import annotations
 
@@ -48,6 +56,8 @@ from forgeline.provenance import Manifest, atomic_dir, atomic_path, canonical_js
 from forgeline.sandbox import grading
 from forgeline.sandbox.grading import is_test_path
 from forgeline.params import SandboxConfig
+from forgeline.sandbox import images
+from forgeline.sandbox.base import SandboxError
 from forgeline.sandbox.images import base_spec
 from forgeline.sandbox.snapshot import snapshot_files
 from forgeline.sandbox.verify import FORBIDDEN_NAMES, file_names, split_diff
@@ -253,17 +263,37 @@ def grading_module_source() -> str:
     return source
 
 
+def environment_dockerfile(instance: dict, settings: ExportSettings, marker: str,
+                           wheels: bool) -> str:
+    """environment/Dockerfile of one task; `wheels`: the environment carries wheels/ to install
+    (the base must then have pip too, and the image stage's command installs them offline)."""
+    probe = "command -v git && python3 -m pytest --version" + (" && python3 -m pip --version" if wheels else "")
+    copy = (f"# the snapshot's pinned test dependencies ({images.LOCK_FILE}), installed offline below\n"
+            f"COPY {images.WHEEL_DIR}/ {images.WHEEL_INSTALL_DIR}/\n") if wheels else ""
+    install = (f"    {images.WHEEL_INSTALL}; \\\n    rm -rf {images.WHEEL_INSTALL_DIR}; \\\n"
+               if wheels else "")
+    return template("Dockerfile.in").format(
+        instance_id=instance["instance_id"], repo=instance["repo"],
+        commit=instance.get("base_commit") or "?", base_image=settings.base_image,
+        packages=" ".join(settings.packages), probe=probe, wheels_copy=copy, wheels_install=install,
+        user=SANDBOX_USER, uid=SANDBOX_UID, marker=marker, marker_path=ENV_MARKER)
+
+
 def task_files(instance: dict, split_name: str, split_digest: str,
                snapshot: dict[str, tuple[bytes, int]], repo_image: str,
-               settings: ExportSettings, grading_source: str) -> dict[str, tuple[bytes, int]]:
+               settings: ExportSettings, grading_source: str,
+               wheels: Iterable[tuple[str, int, bytes]] = ()) -> dict[str, tuple[bytes, int]]:
     """Every file of one task folder: {relpath: (bytes, mode)}.
 
     Inputs: the instance (normalised), its split's name and semantic digest, the repository
     snapshot as {relpath: (bytes, mode)}, the per-repository image tag (metadata only), the
-    settings, and the source of forgeline.sandbox.grading. Raises ValueError when the task
-    cannot be exported faithfully (unsafe id, a patch that touches test files, a snapshot file
-    Harbor would drop).
+    settings, the source of forgeline.sandbox.grading, and the snapshot's pinned wheels as
+    build-context entries (images.wheel_entries: (path, mode, bytes) of wheels/requirements.txt
+    and each wheel; none without a lock file). Raises ValueError when the task cannot be
+    exported faithfully (unsafe id, a patch that touches test files, a snapshot file Harbor
+    would drop).
     """
+    wheels = list(wheels)
     iid = instance["instance_id"]
     check_instance_id(iid)
     for rel in snapshot:
@@ -295,11 +325,8 @@ def task_files(instance: dict, split_name: str, split_digest: str,
         "instruction.md": (instruction_md(instance).encode("utf-8"), REGULAR),
         "task.toml": (task_toml(instance, split_name, split_digest, repo_image,
                                 settings).encode("utf-8"), REGULAR),
-        "environment/Dockerfile": (template("Dockerfile.in").format(
-            instance_id=iid, repo=instance["repo"], commit=instance.get("base_commit") or "?",
-            base_image=settings.base_image, packages=" ".join(settings.packages),
-            user=SANDBOX_USER, uid=SANDBOX_UID, marker=marker,
-            marker_path=ENV_MARKER).encode("utf-8"), REGULAR),
+        "environment/Dockerfile": (environment_dockerfile(instance, settings, marker, bool(wheels))
+                                   .encode("utf-8"), REGULAR),
         "environment/bug.patch": (patch_bytes, REGULAR),
         "solution/solve.sh": (template("solve.sh.in").format(instance_id=iid).encode("utf-8"), EXECUTABLE),
         "solution/bug.patch": (patch_bytes, REGULAR),
@@ -311,6 +338,8 @@ def task_files(instance: dict, split_name: str, split_digest: str,
     }
     for rel, (data, mode) in snapshot.items():
         files[f"environment/repo/{rel}"] = (data, mode)
+    for rel, mode, data in wheels:
+        files[f"environment/{rel}"] = (data, mode)
     for rel in restore:
         files[f"tests/original/{rel}"] = (snapshot[rel][0], REGULAR)
     return dict(sorted(files.items()))
@@ -406,6 +435,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", required=True, type=Path)
     parser.add_argument("--agent-timeout-sec", type=float, default=AGENT_TIMEOUT_S,
                         help=f"the agent's time limit in task.toml (default {AGENT_TIMEOUT_S:g})")
+    parser.add_argument("--cache-dir", type=Path, default=images.DEFAULT_CACHE_DIR,
+                        help="where the pinned wheels are cached, as for `forgeline image` "
+                             f"(default: {images.DEFAULT_CACHE_DIR})")
 
 
 def run(cfg, args: argparse.Namespace) -> None:
@@ -427,7 +459,17 @@ def run(cfg, args: argparse.Namespace) -> None:
         repos = sorted({repo_key(inst["repo"]) for rows in split.values() for inst in rows})
         snapshots = {r: RepoSnapshot.load(repos_root, r) for r in repos}
         contents = {r: read_snapshot(s) for r, s in snapshots.items()}
-    manifest.inputs = [*map(str, inputs), *(str(s.path) for s in snapshots.values())]
+    try:  # the image stage's wheels: the same pins, target, cache and sha256 checks
+        with manifest.timed("wheels"):
+            pins = {r: images.snapshot_lock(s.path) for r, s in snapshots.items()}
+            target = images.wheel_target(base_spec(cfg.sandbox.docker.base_image)) if any(pins.values()) else {}
+            wheels = {r: images.fetch_wheels(p, target, args.cache_dir) for r, p in pins.items()}
+    except SandboxError as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None
+    wheel_files = {r: images.wheel_entries(ws) if ws else [] for r, ws in wheels.items()}
+    manifest.inputs = [*map(str, inputs), *(str(s.path) for s in snapshots.values()),
+                       *(str(w.path) for ws in wheels.values() for w in ws)]
     allowed = set(split) | {INDEX_NAME, ".snakemake_timestamp"}  # Snakemake marks directory()
     if args.manifest.parent.resolve() == out_dir.resolve():
         allowed.add(args.manifest.name)
@@ -453,7 +495,7 @@ def run(cfg, args: argparse.Namespace) -> None:
             for inst in rows:
                 snap = snapshots[repo_key(inst["repo"])]
                 files = task_files(inst, name, split_digest, contents[snap.name], snap.image,
-                                   settings, source)
+                                   settings, source, wheel_files[snap.name])
                 _write_files(root / name / inst["instance_id"], files)
                 digests[name][inst["instance_id"]] = task_digest(files)
         with atomic_path(root / INDEX_NAME) as tmp:

@@ -301,6 +301,102 @@ def test_alignment_heuristic():
     assert "cannot read" in unread
 
 
+# A test module that reaches dunder methods only through syntax (as cachetools' and semver's do).
+DUNDER_TESTS = textwrap.dedent("""\
+    import copy
+
+    from cachetools import Cache, FIFOCache
+    from semver import Version
+
+
+    def test_del(cache):
+        cache["a"] = 1
+        del cache["a"]
+        assert "a" not in cache
+
+
+    class TestFifo:
+        def test_evicts(self):
+            fifo = FIFOCache(maxsize=1)
+            fifo[1] = 1
+            assert len(fifo) == 1
+
+
+    def test_index():
+        v = Version.parse("1.2.3")
+        assert v[0] == 1 and str(v) == "1.2.3"
+
+
+    def test_version_made():
+        assert Version(1, 2, 3).major == 1
+
+
+    def test_with_and_call(tmp_path):
+        with Cache(maxsize=2) as c:
+            c(3)
+        assert copy.copy(c) == c
+
+
+    def test_unrelated():
+        assert sum([1, 2]) == 3 and [1, 2][0] == 1
+    """)
+
+
+@pytest.mark.parametrize("statement, tests, reached", [
+    # the operator's syntax on the class or an instance named after it
+    ("`Cache.__delitem__` misbehaves", ["test_del"], ["cache.__delitem__"]),
+    ("`Cache.__setitem__` misbehaves", ["test_del"], ["cache.__setitem__"]),
+    ("`Cache.__contains__` misbehaves", ["test_del"], ["cache.__contains__"]),
+    ("`cachetools.Cache.__delitem__` misbehaves", ["test_del"], ["cache.__delitem__"]),
+    ("`FIFOCache.__len__` is off by one", ["TestFifo::test_evicts"], ["fifocache.__len__"]),
+    ("`Cache.__setitem__` misbehaves", ["TestFifo::test_evicts"], ["cache.__setitem__"]),  # FIFOCache
+    # `Version` is a stopword, so only the dunder rule can match it
+    ("`Version.__getitem__` crashes with `IndexError`", ["test_index"], ["version.__getitem__"]),
+    ("`Version.__str__` does not do what it should", ["test_index"], ["version.__str__"]),
+    ("`Version.__eq__` is wrong", ["test_index"], ["version.__eq__"]),
+    ("`Version.__init__` is wrong", ["test_version_made"], ["version.__init__"]),
+    ("`Cache.__enter__` leaks", ["test_with_and_call"], ["cache.__enter__"]),
+    ("`Cache.__call__` is wrong", ["test_with_and_call"], ["cache.__call__"]),
+    ("`Cache.__copy__` is wrong", ["test_with_and_call"], ["cache.__copy__"]),
+])
+def test_alignment_accepts_a_dunder_reached_by_syntax(statement, tests, reached):
+    patch = make_patch_text("return a + b", "return a - b")
+    f2p = [f"tests/t.py::{t}" for t in tests]
+    reason, shared = checks.check_alignment(statement, patch, {"tests/t.py": DUNDER_TESTS}, f2p)
+    assert reason is None and set(reached) <= set(shared), (reason, shared)
+
+
+@pytest.mark.parametrize("statement, tests", [
+    ("`Cache.__delitem__` misbehaves", ["test_unrelated"]),       # the syntax, but no cache in it
+    ("`Cache.__delitem__` misbehaves", ["TestFifo::test_evicts"]),  # a cache, but nothing deleted
+    ("`Version.__getitem__` crashes", ["test_version_made"]),      # Version, never subscripted
+    ("`Version.__init__` is wrong", ["test_index"]),               # Version, never constructed
+    ("`Cache.__call__` is wrong", ["test_del"]),                   # the cache is never called
+    ("`Cachet.__delitem__` misbehaves", ["test_del"]),             # a name that only starts alike
+    ("`__delitem__` misbehaves", ["test_del"]),                    # no class named
+    ("`Ledger.__add__` is wrong", ["test_del", "test_index"]),      # another class entirely
+])
+def test_alignment_still_rejects_dunders_the_tests_do_not_reach(statement, tests):
+    patch = make_patch_text("return a + b", "return a - b")
+    f2p = [f"tests/t.py::{t}" for t in tests]
+    reason, shared = checks.check_alignment(statement, patch, {"tests/t.py": DUNDER_TESTS}, f2p)
+    assert reason is not None and "names none" in reason and shared == []
+
+
+def test_dunders_of_test_and_names_class():
+    dunders, names, called = checks.dunders_of_test(DUNDER_TESTS, "tests/t.py::test_del")
+    assert {"__setitem__", "__delitem__", "__contains__"} <= dunders and "__call__" not in dunders
+    assert "cache" in names and called == set()
+    assert checks.dunders_of_test(DUNDER_TESTS, "tests/t.py::test_missing") is None
+    assert checks.statement_dunders("`a.b.Cache.__delitem__` and `__len__`, Cache.__x__y") == \
+        {("Cache", "__delitem__")}
+    for name in ("cache", "Cache", "FIFOCache", "lru_cache", "cache2"):
+        assert checks.names_class("Cache", [name]), name
+    for name in ("cached", "cachetools", "Cachet", ""):
+        assert not checks.names_class("Cache", [name]), name
+    assert checks.names_class("LRUCache", ["LRUCache"]) and not checks.names_class("LRUCache", ["cache"])
+
+
 def make_patch_text(old: str, new: str) -> str:
     return (f"diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n def f(a, b):\n"
             f"-    {old}\n+    {new}\n")

@@ -9,7 +9,9 @@
 - `check_oracle`: with the bug reversed, every FAIL_TO_PASS and PASS_TO_PASS test passes;
 - `check_verifier`: the verifier's own verdict on the gold fix;
 - `check_alignment`: the problem statement names an identifier the FAIL_TO_PASS tests use
-  (`statement_identifiers`, `identifiers_of_test`) and quotes no code line of the patch.
+  (`statement_identifiers`, `identifiers_of_test`), or a dunder method `Class.__m__` that a
+  test reaches through its syntax on that class (`statement_dunders`, `dunders_of_test`), and
+  quotes no code line of the patch.
 """
 from __future__ import annotations
 
@@ -235,6 +237,24 @@ def _find_function(tree: ast.Module, classes: list[str], name: str) -> ast.AST |
     return lookup(scope, frozenset(classes))
 
 
+def _test_function(source: str, node_id: str) -> tuple[ast.Module, ast.AST] | None:
+    """(module, function) of the test `node_id` in its module's `source`; None when the function
+    cannot be found or parsed."""
+    try:
+        tree = parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    _, classes, name = split_node_id(node_id)
+    fn = _find_function(tree, classes, name)
+    return None if fn is None else (tree, fn)
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """`import ... as alias` anywhere in the module: alias -> the original (last) name."""
+    return {alias.asname: alias.name.rsplit(".", 1)[-1] for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names if alias.asname}
+
+
 def identifiers_of_test(source: str, node_id: str) -> set[str] | None:
     """Identifiers the test `node_id` uses, lowercased, from its module's `source` text.
 
@@ -242,20 +262,12 @@ def identifiers_of_test(source: str, node_id: str) -> set[str] | None:
     the original names of `import ... as` aliases it uses; minus its arguments (fixtures), the
     names it binds, builtins and stopwords. None when the function cannot be found or parsed.
     """
-    try:
-        tree = parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    _, classes, name = split_node_id(node_id)
-    fn = _find_function(tree, classes, name)
-    if fn is None:
-        return None
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.asname:
-                    aliases[alias.asname] = alias.name.rsplit(".", 1)[-1]
+    found = _test_function(source, node_id)
+    return None if found is None else _identifiers(*found)
+
+
+def _identifiers(tree: ast.Module, fn: ast.AST) -> set[str]:
+    aliases = _aliases(tree)
     used: set[str] = set()
     bound: set[str] = set()
     for node in ast.walk(fn):
@@ -272,6 +284,140 @@ def identifiers_of_test(source: str, node_id: str) -> set[str] | None:
     return {n.lower() for n in names if _meaningful(n)}
 
 
+# -- alignment: dunder methods, which tests reach through syntax, never by name ------------------
+
+# `Class.__method__` in a statement (the generator names a method with its class).
+_QUALIFIED_DUNDER = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\.(__[A-Za-z0-9_]+__)(?![A-Za-z0-9_])")
+# The words of an identifier: snake_case and CamelCase split, acronyms kept (`FIFOCache`: fifo, cache).
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+# Called by constructing the class: `Cache(...)` in the test.
+CONSTRUCTION = frozenset({"__init__", "__new__", "__post_init__"})
+# Syntax -> the dunder methods it calls (a reflected operator may call the other side's method).
+_SUBSCRIPT = {ast.Load: ("__getitem__", "__class_getitem__", "__missing__"), ast.Store: ("__setitem__",),
+              ast.Del: ("__delitem__",)}
+_ATTRIBUTE = {ast.Load: ("__getattr__", "__getattribute__"), ast.Store: ("__setattr__",),
+              ast.Del: ("__delattr__",)}
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.MatMult: "matmul", ast.Div: "truediv",
+           ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.LShift: "lshift",
+           ast.RShift: "rshift", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
+_UNARY = {ast.USub: ("__neg__",), ast.UAdd: ("__pos__",), ast.Invert: ("__invert__",),
+          ast.Not: ("__bool__", "__len__")}
+_COMPARE = {ast.Eq: ("__eq__",), ast.NotEq: ("__ne__", "__eq__"), ast.Lt: ("__lt__", "__gt__"),
+            ast.LtE: ("__le__", "__ge__"), ast.Gt: ("__gt__", "__lt__"), ast.GtE: ("__ge__", "__le__"),
+            ast.In: ("__contains__",), ast.NotIn: ("__contains__",)}
+_ITERATION = ("__iter__", "__next__")
+# A call by the callee's name (a builtin, copy/pickle, or a unittest assertion on `self`).
+_CALLS = {
+    "len": ("__len__",), "iter": _ITERATION, "next": ("__next__",), "reversed": ("__reversed__",),
+    "list": _ITERATION, "tuple": _ITERATION, "set": (*_ITERATION, "__hash__"),
+    "frozenset": (*_ITERATION, "__hash__"), "dict": _ITERATION, "enumerate": _ITERATION,
+    "zip": _ITERATION, "sorted": (*_ITERATION, "__lt__", "__gt__"), "min": (*_ITERATION, "__lt__", "__gt__"),
+    "max": (*_ITERATION, "__lt__", "__gt__"), "sum": (*_ITERATION, "__add__", "__radd__"),
+    "repr": ("__repr__",), "ascii": ("__repr__",), "str": ("__str__", "__repr__"), "print": ("__str__", "__repr__"),
+    "format": ("__format__", "__str__"), "hash": ("__hash__",), "bool": ("__bool__", "__len__"),
+    "abs": ("__abs__",), "int": ("__int__", "__index__"), "float": ("__float__",),
+    "complex": ("__complex__",), "round": ("__round__",), "divmod": ("__divmod__", "__rdivmod__"),
+    "bytes": ("__bytes__",), "getattr": ("__getattr__", "__getattribute__"), "setattr": ("__setattr__",),
+    "delattr": ("__delattr__",), "dir": ("__dir__",), "copy": ("__copy__",), "deepcopy": ("__deepcopy__",),
+    "dumps": ("__reduce__", "__reduce_ex__", "__getstate__"), "loads": ("__setstate__",),
+    "assertEqual": ("__eq__",), "assertNotEqual": ("__ne__", "__eq__"), "assertIn": ("__contains__",),
+    "assertNotIn": ("__contains__",), "assertLess": ("__lt__", "__gt__"),
+    "assertLessEqual": ("__le__", "__ge__"), "assertGreater": ("__gt__", "__lt__"),
+    "assertGreaterEqual": ("__ge__", "__le__"), "assertTrue": ("__bool__", "__len__"),
+    "assertFalse": ("__bool__", "__len__"), "assertCountEqual": _ITERATION,
+}
+
+
+def statement_dunders(text: str) -> set[tuple[str, str]]:
+    """(class, method) for every `Class.__method__` the statement names: `Cache.__delitem__`
+    (also inside `pkg.Cache.__delitem__`) gives ("Cache", "__delitem__")."""
+    return set(_QUALIFIED_DUNDER.findall(text))
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(name)]
+
+
+def names_class(cls: str, names: Iterable[str]) -> bool:
+    """Whether one of `names` is the class or an instance named after it: the class's words in
+    a row among the name's (`Cache` in `cache`, `self.Cache`, `FIFOCache`, `lru_cache`; not in
+    `cached` or `cachetools`)."""
+    want = _words(cls)
+    return bool(want) and any(words[i:i + len(want)] == want for words in map(_words, names)
+                              for i in range(len(words) - len(want) + 1))
+
+
+def dunders_of_test(source: str, node_id: str) -> tuple[set[str], set[str], set[str]] | None:
+    """What the test `node_id` does that calls dunder methods without naming them, from its
+    module's `source`: (the dunder methods its syntax reaches, every name it mentions, the names
+    it calls); None when the function cannot be found or parsed. The syntax: subscripts (get,
+    set, del), attribute access, operators (binary, augmented, unary, comparisons, `in`), `for`
+    and comprehensions, `with`, `await`, f-strings and `%`, calling a local or a call's result
+    (__call__), and calls by name of builtins (`len`, `repr`, `hash`, `sorted`, ...), `copy`,
+    pickle and unittest assertions (`assertIn`, `assertEqual`, ...)."""
+    found = _test_function(source, node_id)
+    return None if found is None else _dunder_evidence(*found)
+
+
+def _dunder_evidence(tree: ast.Module, fn: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    aliases = _aliases(tree)
+    nodes = list(ast.walk(fn))
+    names = ({n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)}
+             | {n.arg for n in nodes if isinstance(n, ast.arg)})
+    names |= {aliases[n] for n in names if n in aliases}
+    local = ({n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+             | {n.arg for n in nodes if isinstance(n, ast.arg)})
+    dunders: set[str] = set()
+    called: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Subscript):
+            dunders.update(_SUBSCRIPT[type(node.ctx)])
+        elif isinstance(node, ast.Attribute):
+            dunders.update(_ATTRIBUTE[type(node.ctx)])
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            op = _BINARY[type(node.op)]
+            dunders.update((f"__{op}__", f"__r{op}__"))
+            if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
+                dunders.update(("__str__", "__repr__"))  # "%s" % x
+        elif isinstance(node, ast.AugAssign) and type(node.op) in _BINARY:
+            op = _BINARY[type(node.op)]
+            dunders.update((f"__i{op}__", f"__{op}__", f"__r{op}__"))
+        elif isinstance(node, ast.UnaryOp):
+            dunders.update(_UNARY[type(node.op)])
+        elif isinstance(node, ast.Compare):
+            for op in node.ops:
+                dunders.update(_COMPARE.get(type(op), ()))  # `is` calls nothing
+        elif isinstance(node, (ast.For, ast.comprehension, ast.Starred)):
+            dunders.update(("__aiter__", "__anext__") if getattr(node, "is_async", 0) else _ITERATION)
+        elif isinstance(node, ast.AsyncFor):
+            dunders.update(("__aiter__", "__anext__"))
+        elif isinstance(node, ast.With):
+            dunders.update(("__enter__", "__exit__"))
+        elif isinstance(node, ast.AsyncWith):
+            dunders.update(("__aenter__", "__aexit__"))
+        elif isinstance(node, ast.Await):
+            dunders.add("__await__")
+        elif isinstance(node, ast.FormattedValue):
+            dunders.update(("__repr__",) if node.conversion in (ord("r"), ord("a")) else ("__str__", "__format__"))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name is not None:
+                called.add(name)
+                dunders.update(_CALLS.get(name, ()))
+            if name in local or isinstance(func, (ast.Call, ast.Subscript)):  # an instance, called
+                dunders.add("__call__")
+    return dunders, names, called
+
+
+def _dunders_reached(pairs: set[tuple[str, str]], evidence: tuple[set[str], set[str], set[str]]) -> set[str]:
+    """`class.__method__` (lowercased) for each pair the test reaches: by constructing the class
+    (CONSTRUCTION), else by the method's syntax in a test that names the class or an instance."""
+    dunders, names, called = evidence
+    return {f"{cls}.{method}".lower() for cls, method in pairs
+            if (cls in called if method in CONSTRUCTION else method in dunders and names_class(cls, names))}
+
+
 def check_alignment(statement: str, patch: str, test_sources: dict[str, str | None],
                     fail_to_pass: Sequence[str]) -> tuple[str | None, list[str]]:
     """(reason the statement is not about the FAIL_TO_PASS tests or leaks the fix, or None;
@@ -285,17 +431,21 @@ def check_alignment(statement: str, patch: str, test_sources: dict[str, str | No
         if " ".join(line.split()) in norm:
             return f"the problem statement quotes a code line of the patch: {line!r}", []
     used: set[str] = set()
+    dunders = statement_dunders(statement)
+    reached: set[str] = set()
     readable = 0
     for test in fail_to_pass:
         source = test_sources.get(split_node_id(test)[0])
-        ids = identifiers_of_test(source, test) if source is not None else None
-        if ids is not None:
+        found = _test_function(source, test) if source is not None else None
+        if found is not None:
             readable += 1
-            used |= ids
+            used |= _identifiers(*found)
+            if dunders:
+                reached |= _dunders_reached(dunders, _dunder_evidence(*found))
     if not readable:
         return ("cannot read the source of any FAIL_TO_PASS test, so alignment cannot be "
                 "checked"), []
-    shared = sorted(statement_identifiers(statement) & used)
+    shared = sorted((statement_identifiers(statement) & used) | reached)
     if not shared:
         return ("the problem statement names none of the identifiers the FAIL_TO_PASS tests use "
                 f"({listing(sorted(used), 8) or 'none'})"), []

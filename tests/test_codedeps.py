@@ -1,6 +1,7 @@
 """A stage's code is what it can run: edits nobody runs change no digest, edits it runs do."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -115,6 +116,25 @@ def test_stamp_is_written_only_when_the_code_changes(package, tmp_path, monkeypa
     codedeps.write_stamp(stage, stamps, root=package)
     assert path.stat().st_mtime > 1_000_000_000
     codedeps._index.cache_clear()
+
+
+def test_a_parse_with_no_code_changed_reads_the_stamps_from_the_cache(package, tmp_path, monkeypatch):
+    """The Snakefile asks for every stage's stamp at each parse: for the same package bytes the
+    cache answers, with exactly what the walk gives; any byte changed is a new key."""
+    cache = tmp_path / "code-cache.json"
+    stage = "forgeline.tasks.split"
+    monkeypatch.setattr(codedeps, "_CACHED", {})
+    first = codedeps.cached_stage_code(stage, cache=cache)
+    assert first == codedeps.stage_code(stage)
+    assert json.loads(cache.read_text())["stamps"][stage] == first
+    walked = []
+    monkeypatch.setattr(codedeps, "stage_code", lambda *a, **k: walked.append(a) or {})
+    monkeypatch.setattr(codedeps, "_CACHED", {})  # a new process: from the file
+    assert codedeps.cached_stage_code(stage, cache=cache) == first and not walked
+    key = codedeps.tree_key(package)
+    assert key == codedeps.tree_key(PACKAGE)  # the same bytes
+    edit(package / "tasks/split.py", '"""', '"""Edited. ')
+    assert codedeps.tree_key(package) != key
 
 
 def test_unknown_stage_is_named():

@@ -52,6 +52,11 @@ BUGS = {
     "gamma": ("    return n % 2 == 0\n", "    return n % 2 == 1\n",
               ["test_even", "test_odd"], ["test_known_bad", "test_span"]),
 }
+# sigma has a src/ layout (src/sigma/): its tests import it only with src/ on PYTHONPATH, as
+# forgeline's image has it (envs/repo.Dockerfile); exported apart, a split of its own
+SRC_REPO = "sigma"
+SRC_BUGS = {SRC_REPO: ("    return sum(xs) / len(xs)\n", "    return sum(xs) // len(xs)\n",
+                       ["test_mean_half"], ["test_mean_whole"])}
 
 
 def make_patch(rel: str, before: str, after: str) -> str:
@@ -77,13 +82,25 @@ def write_repos(root: Path, cache: Path) -> None:
                                                          "def three():\n    return 3\n")
 
 
-def instances(repos: Path) -> list[dict]:
+def write_src_repo(root: Path) -> None:
+    """sigma under `root`: its package in src/sigma/, its tests in tests/."""
+    (root / SRC_REPO / "src" / SRC_REPO).mkdir(parents=True)
+    (root / SRC_REPO / "tests").mkdir()
+    (root / SRC_REPO / "src" / SRC_REPO / "__init__.py").write_text(
+        "def mean(xs):\n    \"\"\"Arithmetic mean of a non-empty list.\"\"\"\n    return sum(xs) / len(xs)\n")
+    (root / SRC_REPO / "tests" / f"test_{SRC_REPO}.py").write_text(
+        f"from {SRC_REPO} import mean\n\n\ndef test_mean_half():\n    assert mean([1, 2]) == 1.5\n\n\n"
+        "def test_mean_whole():\n    assert mean([2, 4]) == 3\n")
+
+
+def instances(repos: Path, bugs: dict = BUGS) -> list[dict]:
     out = []
-    for name, (old, new, f2p, p2p) in BUGS.items():
+    for name, (old, new, f2p, p2p) in bugs.items():
         snap = RepoSnapshot.load(repos, name)
-        source = (snap.path / name / "__init__.py").read_text()
+        module = f"{name}/__init__.py" if (snap.path / name).is_dir() else f"src/{name}/__init__.py"
+        source = (snap.path / module).read_text()
         assert old in source
-        patch = make_patch(f"{name}/__init__.py", source, source.replace(old, new, 1))
+        patch = make_patch(module, source, source.replace(old, new, 1))
         tfile = f"tests/test_{name}.py"
         out.append({
             "instance_id": instance_id(snap.repo_name, "op_swap",
@@ -147,6 +164,22 @@ def project(tmp_path_factory):
         seconds = time.perf_counter() - t0
     return {"root": root, "repos": repos, "config": config, "split": root / "split",
             "out": root / "out", "seconds": seconds}
+
+
+@pytest.fixture(scope="module")
+def src_project(tmp_path_factory) -> Path:
+    """sigma (a src/ layout), its task as a split of one, and its export: the task folder."""
+    root = tmp_path_factory.mktemp("harbor-src")
+    write_src_repo(root / "repos")
+    (root / "split").mkdir()
+    (root / "split" / "test.jsonl").write_text(
+        "".join(json.dumps(i) + "\n" for i in instances(root / "repos", SRC_BUGS)))
+    config = write_config(root, root / "repos")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(cli.STAGES, "harbor", ("forgeline.tasks.harbor", "export"))
+        assert cli.main(harbor_argv(config, root / "split", root / "out")) == 0
+    (task,) = (root / "out" / "test").iterdir()
+    return task
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -247,6 +280,20 @@ def test_pinned_wheels_travel_with_the_environment(project):
     manifest = json.loads((out / "manifest.json").read_text())
     inputs = {i["path"]: i for i in manifest["inputs"]}
     assert inputs[str(project["root"] / "cache" / "wheels" / DEP_WHEEL)]["sha256"] == pin.hashes[0]
+
+
+def test_src_layout_puts_src_on_the_python_path(project, src_project):
+    """sigma's package is under src/: its Dockerfile sets the image's PYTHONPATH=/testbed/src and
+    its grade.py runs pytest with the testbed's src/ on PYTHONPATH; a flat snapshot's task has
+    neither line (its grade.py is sigma's less that line)."""
+    dockerfile = (src_project / "environment" / "Dockerfile").read_text()
+    assert "\nENV PYTHONPATH=/testbed/src\n\nCOPY repo/ /testbed/\n" in dockerfile
+    grade = (src_project / "tests" / "grade.py").read_text()
+    assert grade.count(harbor.GRADE_SRC_LAYOUT_ENV) == 1 and "__SRC_LAYOUT_ENV__" not in grade
+    compile(grade, "grade.py", "exec")
+    for task in task_dirs(project["out"]):
+        assert "PYTHONPATH" not in (task / "environment" / "Dockerfile").read_text()
+        assert (task / "tests" / "grade.py").read_text() == grade.replace(harbor.GRADE_SRC_LAYOUT_ENV, "")
 
 
 def test_digests_are_harbors_and_the_export_is_deterministic(project, tmp_path):
@@ -385,10 +432,9 @@ print(json.dumps(out))
 """
 
 
-def test_harbor_loads_and_lints_every_task(project, harbor_python, tmp_path):
+def test_harbor_loads_and_lints_every_task(project, src_project, harbor_python, tmp_path):
     out = project["out"]
-    dirs = task_dirs(out)
-    index = json.loads((out / "index.json").read_text())
+    dirs = [*task_dirs(out), src_project]
     t0 = time.perf_counter()
     res = subprocess.run([harbor_python, "-c", LOADER, *map(str, dirs)], capture_output=True,
                          text=True, timeout=300)
@@ -398,6 +444,7 @@ def test_harbor_loads_and_lints_every_task(project, harbor_python, tmp_path):
         got = loaded[d.name]
         assert got["valid"] and got["name"] == f"forgeline/{d.name}" and got["short_name"] == d.name
         assert got["instruction"] == (d / "instruction.md").read_text()
+        index = json.loads((d.parents[1] / "index.json").read_text())
         assert got["digest"] == index["tasks"][d.parent.name][d.name]  # Harbor's own hash
         assert got["files"] == sorted(tree(d))  # Harbor would publish every file, no more
         assert got["test_script"] == "tests/test.sh" and got["solve_script"] == "solution/solve.sh"
@@ -504,6 +551,28 @@ def test_oracle_and_verifier_in_process(project, tmp_path):
     assert res.returncode == 0 and (logs4 / "verifier" / "reward.txt").read_text() == "0\n"
 
 
+def test_src_layout_oracle_and_verifier_in_process(src_project, tmp_path):
+    """sigma's bug is graded 0 and the oracle's fix 1; with a flat task's grade.py (no src/ on
+    PYTHONPATH) even the fix is graded 0: the tests cannot import sigma."""
+    task = src_project
+    reward, report = _verify(task, _testbed(task, tmp_path / "bugged"), tmp_path / "logs1")
+    assert reward == "0\n" and not report["resolved"]
+    assert report["fail_to_pass"] == {"passed": 0, "total": 1}
+    assert report["pass_to_pass"] == {"passed": 1, "total": 1}
+    fixed = _testbed(task, tmp_path / "fixed")
+    res = subprocess.run(["bash", str(task / "solution" / "solve.sh")],
+                         env={**os.environ, "TESTBED": str(fixed)}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    reward, report = _verify(task, fixed, tmp_path / "logs2")
+    assert reward == "1\n" and report["resolved"], report
+
+    flat = tmp_path / "flat"
+    shutil.copytree(task, flat)
+    (flat / "tests" / "grade.py").write_text(harbor.grade_program(src_layout=False))
+    reward, report = _verify(flat, fixed, tmp_path / "logs3")
+    assert reward == "0\n" and report["pass_to_pass"] == {"passed": 0, "total": 1}
+
+
 # -- docker --------------------------------------------------------------------------------
 
 def _put_dir(container, src: Path, dest: str) -> None:
@@ -518,12 +587,11 @@ def _sh(container, cmd: str, user: str = "root") -> tuple[int, str]:
     return code, out.decode(errors="replace")
 
 
-@pytest.mark.docker
-def test_task_environment_builds_and_grades_in_docker(project, docker_client, base_image):
-    """Build environment/Dockerfile offline (BASE_IMAGE = forgeline's base), then what Harbor
-    does: the oracle as the agent user, /tests uploaded, test.sh as root. alpha's tests import
-    its pinned dependency, installed from the exported wheel (no index is reachable)."""
-    task = task_dir_of(project["out"], "alpha")
+@contextlib.contextmanager
+def _task_containers(docker_client, base_image, task: Path):
+    """Build the task's environment/Dockerfile offline (BASE_IMAGE = forgeline's base); yields
+    (start, build seconds), start() running a fresh container with /tests and /solution uploaded
+    and /logs made, as Harbor does. The containers and the image are removed after."""
     tag = f"forgeline/harbortest:{hashlib.sha256(task.name.encode()).hexdigest()[:8]}"
     t0 = time.perf_counter()
     image, _ = docker_client.images.build(path=str(task / "environment"), tag=tag, rm=True,
@@ -531,16 +599,33 @@ def test_task_environment_builds_and_grades_in_docker(project, docker_client, ba
                                           buildargs={"BASE_IMAGE": base_image[0]})
     build_s = time.perf_counter() - t0
     containers = []
-    try:
-        def start():
-            c = docker_client.containers.run(image.id, ["sleep", "infinity"], detach=True,
-                                             network_mode="none", remove=True)
-            containers.append(c)
-            _put_dir(c, task / "tests", "/tests")
-            _put_dir(c, task / "solution", "/solution")
-            assert _sh(c, "mkdir -p /logs/verifier /logs/agent && chmod 777 /logs/verifier")[0] == 0
-            return c
 
+    def start():
+        c = docker_client.containers.run(image.id, ["sleep", "infinity"], detach=True,
+                                         network_mode="none", remove=True)
+        containers.append(c)
+        _put_dir(c, task / "tests", "/tests")
+        _put_dir(c, task / "solution", "/solution")
+        assert _sh(c, "mkdir -p /logs/verifier /logs/agent && chmod 777 /logs/verifier")[0] == 0
+        return c
+
+    try:
+        yield start, build_s
+    finally:
+        for c in containers:
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_task_environment_builds_and_grades_in_docker(project, docker_client, base_image):
+    """Build environment/Dockerfile offline (BASE_IMAGE = forgeline's base), then what Harbor
+    does: the oracle as the agent user, /tests uploaded, test.sh as root. alpha's tests import
+    its pinned dependency, installed from the exported wheel (no index is reachable)."""
+    task = task_dir_of(project["out"], "alpha")
+    with _task_containers(docker_client, base_image, task) as (start, build_s):
         # the image: the bug applied, one baseline commit, no patch left behind
         c = start()
         code, outp = _sh(c, "cd /testbed && git log --format=%s && git status --porcelain && "
@@ -578,9 +663,26 @@ def test_task_environment_builds_and_grades_in_docker(project, docker_client, ba
         assert code == 0 and "reward 1" in outp, outp
         assert _sh(c, "cat /logs/verifier/reward.txt")[1] == "1\n"
         print(f"\ndocker: build {build_s:.1f} s, verifier {verify_s:.1f} s")
-    finally:
-        for c in containers:
-            with contextlib.suppress(Exception):
-                c.remove(force=True)
-        with contextlib.suppress(Exception):
-            docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_src_layout_task_grades_in_docker(src_project, docker_client, base_image):
+    """sigma's image: the agent's shell imports sigma from /testbed/src (the Dockerfile's ENV);
+    the verifier, pytest as the sandbox user, grades the bug 0 and the oracle's fix 1."""
+    with _task_containers(docker_client, base_image, src_project) as (start, _):
+        c = start()
+        code, outp = _sh(c, f"cd / && python3 -c 'import {SRC_REPO}; print({SRC_REPO}.__file__)'",
+                         user="forgeline")
+        assert code == 0 and outp.strip() == f"/testbed/src/{SRC_REPO}/__init__.py", outp
+        code, outp = _sh(c, "/tests/test.sh")
+        assert code == 0 and "reward 0" in outp, outp
+        report = json.loads(_sh(c, "cat /logs/verifier/report.json")[1])
+        assert report["sandbox_user"] and not report["resolved"]
+        assert (report["fail_to_pass"]["passed"], report["pass_to_pass"]["passed"]) == (0, 1), report
+
+        c = start()
+        code, outp = _sh(c, "/solution/solve.sh", user="forgeline")
+        assert code == 0, outp
+        code, outp = _sh(c, "/tests/test.sh")
+        assert code == 0 and "reward 1" in outp, outp
+        assert _sh(c, "cat /logs/verifier/reward.txt")[1] == "1\n"

@@ -35,6 +35,11 @@ into its image (images.fetch_wheels from `--cache-dir`, each checked against the
 sha256; fetched once where missing), under environment/wheels/, installed by the Dockerfile with
 the image stage's own offline command (images.WHEEL_INSTALL). A snapshot without a lock file
 gets neither, and its Dockerfile is what it was before dependencies existed.
+
+A snapshot with a src/ layout (snapshot.src_layout) imports its packages from src/ as in
+forgeline's image (envs/repo.Dockerfile's PYTHONPATH=/testbed/src): its Dockerfile sets that ENV
+and its grade.py puts the testbed's src/ on the PYTHONPATH pytest runs with. A snapshot without
+src/ gets neither line: its files are what they were before.
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ from forgeline.params import SandboxConfig
 from forgeline.sandbox import images
 from forgeline.sandbox.base import SandboxError
 from forgeline.sandbox.images import base_spec
-from forgeline.sandbox.snapshot import snapshot_files
+from forgeline.sandbox.snapshot import SRC_DIR, snapshot_files, src_layout as has_src_layout
 from forgeline.sandbox.verify import FORBIDDEN_NAMES, file_names, split_diff
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
@@ -92,8 +97,16 @@ REGULAR = 0o644
 # -- templates -----------------------------------------------------------------------------
 # Package data in forgeline/tasks/harbor_files/ (pyproject.toml installs them): Dockerfile.in,
 # solve.sh.in and test.sh.in are str.format templates ({instance_id}, ...; `{{`/`}}` stand for
-# one brace); grade.py, the verifier program, is shipped as it is but for its __MARKER__.
+# one brace); grade.py, the verifier program, is shipped as it is but for its __MARKER__ and
+# its __SRC_LAYOUT_ENV__ line (removed, or replaced by GRADE_SRC_LAYOUT_ENV for a src/ layout).
 TEMPLATE_DIR = "harbor_files"
+GRADE_SRC_LAYOUT_SLOT = "    # __SRC_LAYOUT_ENV__ (a line harbor.py puts here for a src/ layout, or removes)\n"
+# A src/ layout's packages import as in forgeline's image (envs/repo.Dockerfile): the Dockerfile
+# sets its PYTHONPATH, and grade.py puts the testbed's src/ (/testbed/src under Harbor) on pytest's.
+GRADE_SRC_LAYOUT_ENV = (f'    env["PYTHONPATH"] = os.path.join(os.path.abspath(testbed), {SRC_DIR!r})'
+                        f'  # a src/ layout\n')
+DOCKERFILE_SRC_LAYOUT_ENV = (f"\n# a src/ layout: its packages import as installed, as in forgeline's "
+                             f"image (envs/repo.Dockerfile)\nENV PYTHONPATH={TESTBED}/{SRC_DIR}\n")
 
 
 @functools.cache
@@ -264,9 +277,10 @@ def grading_module_source() -> str:
 
 
 def environment_dockerfile(instance: dict, settings: ExportSettings, marker: str,
-                           wheels: bool) -> str:
+                           wheels: bool, src_layout: bool = False) -> str:
     """environment/Dockerfile of one task; `wheels`: the environment carries wheels/ to install
-    (the base must then have pip too, and the image stage's command installs them offline)."""
+    (the base must then have pip too, and the image stage's command installs them offline);
+    `src_layout`: the snapshot's packages are under src/ (PYTHONPATH=/testbed/src)."""
     probe = "command -v git && python3 -m pytest --version" + (" && python3 -m pip --version" if wheels else "")
     copy = (f"# the snapshot's pinned test dependencies ({images.LOCK_FILE}), installed offline below\n"
             f"COPY {images.WHEEL_DIR}/ {images.WHEEL_INSTALL_DIR}/\n") if wheels else ""
@@ -276,20 +290,33 @@ def environment_dockerfile(instance: dict, settings: ExportSettings, marker: str
         instance_id=instance["instance_id"], repo=instance["repo"],
         commit=instance.get("base_commit") or "?", base_image=settings.base_image,
         packages=" ".join(settings.packages), probe=probe, wheels_copy=copy, wheels_install=install,
+        src_layout_env=DOCKERFILE_SRC_LAYOUT_ENV if src_layout else "",
         user=SANDBOX_USER, uid=SANDBOX_UID, marker=marker, marker_path=ENV_MARKER)
+
+
+def grade_program(src_layout: bool) -> str:
+    """tests/grade.py: the verifier program, with the image marker's path and, for a src/ layout,
+    the testbed's src/ on pytest's PYTHONPATH (GRADE_SRC_LAYOUT_ENV)."""
+    text = template("grade.py")
+    if text.count(GRADE_SRC_LAYOUT_SLOT) != 1:
+        raise ValueError("harbor_files/grade.py lost its __SRC_LAYOUT_ENV__ line")
+    text = text.replace(GRADE_SRC_LAYOUT_SLOT, GRADE_SRC_LAYOUT_ENV if src_layout else "")
+    return text.replace("__MARKER__", ENV_MARKER)
 
 
 def task_files(instance: dict, split_name: str, split_digest: str,
                snapshot: dict[str, tuple[bytes, int]], repo_image: str,
                settings: ExportSettings, grading_source: str,
-               wheels: Iterable[tuple[str, int, bytes]] = ()) -> dict[str, tuple[bytes, int]]:
+               wheels: Iterable[tuple[str, int, bytes]] = (),
+               src_layout: bool = False) -> dict[str, tuple[bytes, int]]:
     """Every file of one task folder: {relpath: (bytes, mode)}.
 
     Inputs: the instance (normalised), its split's name and semantic digest, the repository
     snapshot as {relpath: (bytes, mode)}, the per-repository image tag (metadata only), the
     settings, the source of forgeline.sandbox.grading, and the snapshot's pinned wheels as
     build-context entries (images.wheel_entries: (path, mode, bytes) of wheels/requirements.txt
-    and each wheel; none without a lock file). Raises ValueError when the task cannot be
+    and each wheel; none without a lock file), and whether the snapshot has a src/ layout
+    (snapshot.src_layout of its folder). Raises ValueError when the task cannot be
     exported faithfully (unsafe id, a patch that touches test files, a snapshot file Harbor
     would drop).
     """
@@ -325,13 +352,13 @@ def task_files(instance: dict, split_name: str, split_digest: str,
         "instruction.md": (instruction_md(instance).encode("utf-8"), REGULAR),
         "task.toml": (task_toml(instance, split_name, split_digest, repo_image,
                                 settings).encode("utf-8"), REGULAR),
-        "environment/Dockerfile": (environment_dockerfile(instance, settings, marker, bool(wheels))
-                                   .encode("utf-8"), REGULAR),
+        "environment/Dockerfile": (environment_dockerfile(instance, settings, marker, bool(wheels),
+                                                          src_layout).encode("utf-8"), REGULAR),
         "environment/bug.patch": (patch_bytes, REGULAR),
         "solution/solve.sh": (template("solve.sh.in").format(instance_id=iid).encode("utf-8"), EXECUTABLE),
         "solution/bug.patch": (patch_bytes, REGULAR),
         "tests/test.sh": (template("test.sh.in").format(instance_id=iid).encode("utf-8"), EXECUTABLE),
-        "tests/grade.py": (template("grade.py").replace("__MARKER__", ENV_MARKER).encode("utf-8"), REGULAR),
+        "tests/grade.py": (grade_program(src_layout).encode("utf-8"), REGULAR),
         "tests/forgeline_grading.py": (grading_source.encode("utf-8"), REGULAR),
         "tests/config.json": ((json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False)
                                + "\n").encode("utf-8"), REGULAR),
@@ -495,7 +522,8 @@ def run(cfg, args: argparse.Namespace) -> None:
             for inst in rows:
                 snap = snapshots[repo_key(inst["repo"])]
                 files = task_files(inst, name, split_digest, contents[snap.name], snap.image,
-                                   settings, source, wheel_files[snap.name])
+                                   settings, source, wheel_files[snap.name],
+                                   has_src_layout(snap.path))
                 _write_files(root / name / inst["instance_id"], files)
                 digests[name][inst["instance_id"]] = task_digest(files)
         with atomic_path(root / INDEX_NAME) as tmp:

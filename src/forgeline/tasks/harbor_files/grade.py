@@ -112,6 +112,7 @@ def run_tests(testbed, tests, timeout_s, user):
     env = {"PATH": os.environ.get("PATH", PATH), "HOME": user[2] if user else os.environ.get("HOME", "/tmp"),
            "LC_ALL": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONUNBUFFERED": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # __SRC_LAYOUT_ENV__ (a line harbor.py puts here for a src/ layout, or removes)
     extra = dict(user=user[0], group=user[1], extra_groups=[]) if user else {}
     scratch = tempfile.mkdtemp(prefix="forgeline-grade-")
     os.chmod(scratch, 0o777)  # the sandbox user writes the results there

@@ -469,9 +469,15 @@ def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
             logits = lm(torch.tensor([tokens])).logits[0, :-1]
         ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
         assert torch.allclose(ref[mask], torch.tensor(rec["logprobs"][1:])[mask], atol=1e-4)
-    # seeding: episode -> an episode does not depend on its batch, and equals run_episode's
+    # seeding: episode -> an episode does not depend on its batch, and equals run_episode's: the
+    # same tokens; the log-probs up to the float rounding of batched arithmetic
     per = config.merged(cfg, {"rollout": {"seeding": "episode"}})
     batch = ro.rollout([(world["alpha"], 7), (world["beta"], 7)], engine, sandbox, per,
                        envs=world["envs"], tokenizer=tok, progress=False)
     alone = run_episode(world["alpha"], 7, engine, sandbox, per, env=world["envs"]["alpha"], tokenizer=tok)
-    assert strip_volatile(batch[0]) == strip_volatile(alone)
+
+    def without_logprobs(rec):
+        turns = [{k: v for k, v in t.items() if k != "logprobs"} for t in rec["turns"]]
+        return {**{k: v for k, v in strip_volatile(rec).items() if k != "logprobs"}, "turns": turns}
+    assert without_logprobs(batch[0]) == without_logprobs(alone)
+    assert torch.allclose(torch.tensor(batch[0]["logprobs"]), torch.tensor(alone["logprobs"]), atol=1e-5)

@@ -66,7 +66,7 @@ class ScriptedEngine(Engine):
             raise KeyError("no script matches the prompt")
         return cls(tokenizer, respond)
 
-    def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, stop=()):
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, stop=(), seeds=None):
         self.calls += 1
         out = []
         for p in prompts:

@@ -4,11 +4,10 @@
 `rollout.concurrency` at a time. Each round:
 
 1. every active episode's next prompt is collected (episodes that hit a limit leave here);
-2. generation: with `rollout.seeding: batch` ONE `engine.generate` call for all prompts
-   (left-padded batch in HFEngine), seeded with derive_seed(0, "batch", <instance:seed:turn of
-   every prompt, in order>); with `seeding: episode` one call per episode, seeded by the
-   episode's own `turn_seed()`, issued from threads (HFEngine serialises them on its model lock;
-   an OpenAIEngine serves them concurrently);
+2. generation: ONE `engine.generate` call for all prompts (one batch in HFEngine, concurrent
+   requests to a server); with `rollout.seeding: batch` seeded with derive_seed(0, "batch",
+   <instance:seed:turn of every prompt, in order>), with `seeding: episode` each prompt with its
+   episode's own `turn_seed()` (the engine's per-prompt `seeds`);
 3. the tool calls of all episodes run in parallel threads, each in its own sandbox session;
 4. finished episodes are verified in background threads (overlapping the next rounds'
    generation) and each record is appended to the JSONL record file (flush + fsync) as soon as
@@ -16,8 +15,9 @@
 
 Reproducibility. `seeding: episode`: an episode is a function of (task, seed, policy, config)
 alone - the same whatever else runs, whether the rollout was restarted, and equal to
-`run_episode`. `seeding: batch` (faster for the in-process engine: one batched decode): HFEngine
-seeds one RNG per micro-batch, so a sample depends on which prompts share its batch; a rerun
+`run_episode` - up to the float rounding of batched arithmetic, which can flip a draw that
+falls within ~1e-7 of a token's boundary. `seeding: batch`: HFEngine seeds one RNG per
+micro-batch, so a sample depends on which prompts share its batch; a rerun
 with the same pairs, concurrency and engine gives the same episodes, but a RESUMED rollout
 batches the remaining episodes differently (they are still valid samples of the policy, not the
 ones an uninterrupted run would have drawn). Wall-time limits, command time limits and
@@ -204,16 +204,16 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                     prompts.append((ep, prompt))
             if prompts:
                 t0 = time.monotonic()
-                if per_episode:
-                    futs = [pool.submit(ep.generate, engine) for ep, _ in prompts]
-                    gens = [f.result() for f in futs]
+                if per_episode:  # one call, each prompt drawn with its episode's own turn seed
+                    gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens), float(c.temperature),
+                                           float(c.top_p), seeds=[ep.turn_seed() for ep, _ in prompts])
                 else:
                     seed = derive_seed(0, "batch", *[f"{ep.key[0]}:{ep.key[1]}:{ep.steps}" for ep, _ in prompts])
                     gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens),
                                            float(c.temperature), float(c.top_p), seed=seed)
-                    dt = (time.monotonic() - t0) / len(prompts)
-                    for ep, _ in prompts:
-                        ep.timing["generate_s"] += dt
+                dt = (time.monotonic() - t0) / len(prompts)
+                for ep, _ in prompts:
+                    ep.timing["generate_s"] += dt
                 for fut in [pool.submit(ep.advance, g) for (ep, _), g in zip(prompts, gens)]:
                     fut.result()
                 for ep, _ in prompts:

@@ -151,10 +151,12 @@ def prefill(model, ids: torch.Tensor, cache: PrefixCache | None) -> KV:
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+                generator: torch.Generator | Sequence[torch.Generator] | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(token [rows], logprob [rows]) from logits [rows, vocab]: greedy at temperature 0 (its
     logprob at temperature 1), else softmax(logits / T) restricted to the smallest set of
-    top tokens holding `top_p` of the mass (at least one), renormalised."""
+    top tokens holding `top_p` of the mass (at least one), renormalised. `generator`: one for
+    all rows, or one per row (a row then draws as it would alone)."""
     if temperature == 0:
         token = logits.argmax(-1)
         return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
@@ -165,7 +167,10 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
         drop = mass - ordered.softmax(-1) >= top_p  # the mass before a token already suffices
         scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
     logp = torch.log_softmax(scores, -1)
-    token = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+    if isinstance(generator, (list, tuple)):
+        token = torch.cat([torch.multinomial(row.exp(), 1, generator=g) for row, g in zip(logp, generator)])
+    else:
+        token = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
     return token, logp.gather(-1, token[:, None])[:, 0]
 
 
@@ -179,14 +184,15 @@ class Sampled:
 
 
 def decode_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int, eos_token_ids: Sequence[int], pad_token_id: int,
+                 top_p: float, seed: int | Sequence[int], eos_token_ids: Sequence[int], pad_token_id: int,
                  cache: PrefixCache | None = None,
                  stops: Callable[[list[int]], bool] | None = None) -> list[Sampled]:
     """Sample up to `max_new_tokens` per prompt; a row ends at an eos token or when
-    `stops(its tokens)` says so. One torch.Generator seeded with `seed` draws for the whole
-    batch, so a row's sample depends on the rows beside it (as transformers' batched `generate`).
-    With `cache`, each row's prefill starts from its longest cached prefix and each row's final
-    states are stored for the next call."""
+    `stops(its tokens)` says so. `seed`: one int, one torch.Generator for the whole batch (a
+    row's sample depends on the rows beside it, as in transformers' batched `generate`); or one
+    seed per row, a generator each (a row draws as it would alone, up to the float rounding of
+    batched arithmetic). With `cache`, each row's prefill starts from its longest cached prefix
+    and each row's final states are stored for the next call."""
     device = model.device
     rows = [torch.tensor(list(p), dtype=torch.long) for p in prompts]
     states = [prefill(model, ids, cache) for ids in rows]
@@ -208,7 +214,10 @@ def decode_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, t
         mask[i, width - (len(ids) - 1):width + 1] = 1
     positions = torch.tensor([len(ids) - 1 for ids in rows], device=device)[:, None]
     x = torch.stack([ids[-1] for ids in rows])[:, None].to(device)
-    generator = torch.Generator(device=device).manual_seed(int(seed) % 2**63)
+    if isinstance(seed, int):
+        generator = torch.Generator(device=device).manual_seed(seed % 2**63)
+    else:
+        generator = [torch.Generator(device=device).manual_seed(int(s) % 2**63) for s in seed]
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     tokens: list[list[int]] = [[] for _ in rows]
     logps: list[list[float]] = [[] for _ in rows]

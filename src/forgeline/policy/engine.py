@@ -26,7 +26,10 @@ The contract both keep:
   markup such as <tool_call> kept;
 - `finish_reason` is "stop" (eos or stop string) or "length" (max_new_tokens reached);
 - the same prompts, parameters and seed give the same tokens (for `HFEngine` on the same
-  machine and batch size; a vLLM server is seeded per request).
+  machine and batch size; a vLLM server is seeded per request);
+- `seeds` (one per prompt) instead of `seed`: prompt i is sampled as `generate([prompts[i]],
+  seed=seeds[i])` would sample it, so a batch of episodes can be generated at once while each
+  stays a function of its own seed (up to the float rounding of batched arithmetic).
 """
 from __future__ import annotations
 
@@ -85,8 +88,14 @@ class Engine:
     """What the agent loop and the evaluator call; see the module docstring for the contract."""
 
     def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = (),
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
         raise NotImplementedError
+
+
+def _check_seeds(prompts: Prompts, seeds: Sequence[int] | None) -> None:
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts: give one per prompt")
 
 
 # -- transformers ---------------------------------------------------------------------------
@@ -154,8 +163,10 @@ class HFEngine(Engine):
         return out
 
     def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = (),
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
         _check_sampling(max_new_tokens, temperature, top_p)
+        _check_seeds(prompts, seeds)
         encoded = self.encode(prompts)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         for i, ids in enumerate(encoded):
@@ -165,8 +176,11 @@ class HFEngine(Engine):
         results: list[Generation] = []
         for b, start in enumerate(range(0, len(encoded), self.max_batch_size)):
             batch = encoded[start:start + self.max_batch_size]
+            # per prompt: the seed its own one-prompt call would give its micro-batch 0
+            batch_seed = derive_seed(seed, "batch", b) if seeds is None else \
+                [derive_seed(s, "batch", 0) for s in seeds[start:start + self.max_batch_size]]
             results.extend(self._generate_batch(batch, max_new_tokens, temperature, top_p,
-                                                derive_seed(seed, "batch", b), list(stop)))
+                                                batch_seed, list(stop)))
         return results
 
     def _stops(self, stop: list[str]):
@@ -181,7 +195,7 @@ class HFEngine(Engine):
         return contains
 
     def _generate_batch(self, batch: list[list[int]], max_new_tokens: int, temperature: float,
-                        top_p: float, seed: int, stop: list[str]) -> list[Generation]:
+                        top_p: float, seed: int | list[int], stop: list[str]) -> list[Generation]:
         import torch
 
         from forgeline.policy.decode import decode_batch, weights_version
@@ -328,15 +342,18 @@ class OpenAIEngine(Engine):
         return self.parse_choice(choices[0], int(usage.get("prompt_tokens") or 0), self.eos_texts)
 
     def generate(self, prompts: Prompts, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = ()) -> list[Generation]:
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = (),
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
         _check_sampling(max_new_tokens, temperature, top_p)
+        _check_seeds(prompts, seeds)
+        request_seeds = [derive_seed(seed, "prompt", i) for i in range(len(prompts))] if seeds is None \
+            else [derive_seed(s, "prompt", 0) for s in seeds]
         # with a tokenizer, text prompts are tokenized here, so both engines see the same ids
         items = [(self.tokenizer.encode(p, add_special_tokens=False) if self.tokenizer else p)
                  if isinstance(p, str) else [int(i) for i in p] for p in prompts]
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            futures = [pool.submit(self._one, p, max_new_tokens, temperature, top_p,
-                                   derive_seed(seed, "prompt", i), tuple(stop))
-                       for i, p in enumerate(items)]
+            futures = [pool.submit(self._one, p, max_new_tokens, temperature, top_p, s, tuple(stop))
+                       for p, s in zip(items, request_seeds)]
             return [f.result() for f in futures]
 
     def models(self) -> list[str]:

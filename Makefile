@@ -22,12 +22,16 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: run test setup system dvc.yaml dag clean services pull
 
+# the per-stage times of the last measured run on a machine of this kind (bench/README.md)
+TIMINGS := bench/make_run_timings.json
+
 run: setup
 	@backend=$$($(BIN)/forgeline config-get sandbox.backend --config params.yaml \
 	  $(foreach f,$(CONFIG),--config $(f))) || exit 1; \
 	  if [ "$$backend" = docker ]; then bash scripts/services.sh start docker; fi
+	@$(if $(CONFIG),,$(BIN)/forgeline timings --expected --reference $(TIMINGS))
 	$(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))
-	$(BIN)/forgeline timings
+	$(BIN)/forgeline timings $(if $(CONFIG),,--reference $(TIMINGS))
 
 test: setup
 	$(BIN)/pytest

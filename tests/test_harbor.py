@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,13 @@ BUGS = {
 SRC_REPO = "sigma"
 SRC_BUGS = {SRC_REPO: ("    return sum(xs) / len(xs)\n", "    return sum(xs) // len(xs)\n",
                        ["test_mean_half"], ["test_mean_whole"])}
+# an agent's src/pytest.py: with src/ on pytest's PYTHONPATH it is what RUNNER's `import pytest`
+# finds, and it writes every test asked for as PASSED to the results file (RUNNER's argv[1])
+FAKE_PYTEST = ("import json, sys\n\n\ndef main(args, plugins=()):\n"
+               "    with open(sys.argv[1], 'a') as out:\n"
+               "        for test in (a for a in args if '::' in a):\n"
+               "            out.write(json.dumps({'id': test, 'when': 'call', 'outcome': 'passed'}) + '\\n')\n"
+               "    return 0\n")
 
 
 def make_patch(rel: str, before: str, after: str) -> str:
@@ -284,16 +292,20 @@ def test_pinned_wheels_travel_with_the_environment(project):
 
 def test_src_layout_puts_src_on_the_python_path(project, src_project):
     """sigma's package is under src/: its Dockerfile sets the image's PYTHONPATH=/testbed/src and
-    its grade.py runs pytest with the testbed's src/ on PYTHONPATH; a flat snapshot's task has
-    neither line (its grade.py is sigma's less that line)."""
+    its grade.py runs pytest with the testbed's src/ on PYTHONPATH and tidies src/ as the root; a
+    flat snapshot's task has none of these lines (its grade.py is sigma's less them)."""
     dockerfile = (src_project / "environment" / "Dockerfile").read_text()
     assert "\nENV PYTHONPATH=/testbed/src\n\nCOPY repo/ /testbed/\n" in dockerfile
     grade = (src_project / "tests" / "grade.py").read_text()
-    assert grade.count(harbor.GRADE_SRC_LAYOUT_ENV) == 1 and "__SRC_LAYOUT_ENV__" not in grade
+    flat = grade
+    for lines in harbor.GRADE_SRC_LAYOUT_SLOTS.values():
+        assert grade.count(lines) == 1
+        flat = flat.replace(lines, "")
+    assert "__SRC_LAYOUT_" not in grade
     compile(grade, "grade.py", "exec")
     for task in task_dirs(project["out"]):
         assert "PYTHONPATH" not in (task / "environment" / "Dockerfile").read_text()
-        assert (task / "tests" / "grade.py").read_text() == grade.replace(harbor.GRADE_SRC_LAYOUT_ENV, "")
+        assert (task / "tests" / "grade.py").read_text() == flat
 
 
 def test_digests_are_harbors_and_the_export_is_deterministic(project, tmp_path):
@@ -573,6 +585,41 @@ def test_src_layout_oracle_and_verifier_in_process(src_project, tmp_path):
     assert reward == "0\n" and report["pass_to_pass"] == {"passed": 0, "total": 1}
 
 
+def test_src_layout_tidy_removes_what_shadows_pytest(src_project, tmp_path):
+    """src/ is on pytest's PYTHONPATH, so an agent's src/pytest.py would BE pytest: it is removed
+    (with src/_pytest/ and any new top-level name under src/, the root's rule) and the bug is
+    graded 0, where grade.py without the src/ tidy grades the fake 1. A fix by hand, an edited
+    src/sigma/__init__.py that imports a module new inside the package, is kept and graded 1."""
+    task = src_project
+
+    def plant(testbed: Path) -> Path:
+        (testbed / "src" / "pytest.py").write_text(FAKE_PYTEST)
+        (testbed / "src" / "_pytest").mkdir()
+        (testbed / "src" / "_pytest" / "__init__.py").write_text("")
+        return testbed
+
+    reward, report = _verify(task, plant(_testbed(task, tmp_path / "cheat")), tmp_path / "logs1")
+    assert reward == "0\n" and not report["resolved"], report
+    assert report["removed"] == ["src/_pytest/", "src/pytest.py"]
+    assert report["fail_to_pass"] == {"passed": 0, "total": 1}
+
+    unguarded = tmp_path / "unguarded"
+    shutil.copytree(task, unguarded)
+    (unguarded / "tests" / "grade.py").write_text(
+        harbor.grade_program(src_layout=True).replace(harbor.GRADE_SRC_LAYOUT_TIDY, ""))
+    reward, report = _verify(unguarded, plant(_testbed(task, tmp_path / "cheat2")), tmp_path / "logs2")
+    assert reward == "1\n" and report["removed"] == [], "the fake pytest no longer fakes"
+
+    fixed = plant(_testbed(task, tmp_path / "fixed"))
+    package = fixed / "src" / SRC_REPO
+    (package / "_mean.py").write_text("def mean(xs):\n    return sum(xs) / len(xs)\n")
+    (package / "__init__.py").write_text(f"from {SRC_REPO}._mean import mean  # noqa: F401\n")
+    reward, report = _verify(task, fixed, tmp_path / "logs3")
+    assert reward == "1\n" and report["resolved"], report
+    assert report["removed"] == ["src/_pytest/", "src/pytest.py"]
+    assert (package / "_mean.py").is_file()
+
+
 # -- docker --------------------------------------------------------------------------------
 
 def _put_dir(container, src: Path, dest: str) -> None:
@@ -668,7 +715,8 @@ def test_task_environment_builds_and_grades_in_docker(project, docker_client, ba
 @pytest.mark.docker
 def test_src_layout_task_grades_in_docker(src_project, docker_client, base_image):
     """sigma's image: the agent's shell imports sigma from /testbed/src (the Dockerfile's ENV);
-    the verifier, pytest as the sandbox user, grades the bug 0 and the oracle's fix 1."""
+    the verifier, pytest as the sandbox user, grades the bug 0, the oracle's fix 1, and the bug
+    with a src/pytest.py that fakes every test passing 0 (removed before pytest runs)."""
     with _task_containers(docker_client, base_image, src_project) as (start, _):
         c = start()
         code, outp = _sh(c, f"cd / && python3 -c 'import {SRC_REPO}; print({SRC_REPO}.__file__)'",
@@ -686,3 +734,11 @@ def test_src_layout_task_grades_in_docker(src_project, docker_client, base_image
         code, outp = _sh(c, "/tests/test.sh")
         assert code == 0 and "reward 1" in outp, outp
         assert _sh(c, "cat /logs/verifier/reward.txt")[1] == "1\n"
+
+        c = start()
+        fake = shlex.quote(FAKE_PYTEST)
+        assert _sh(c, f"printf %s {fake} > /testbed/src/pytest.py", user="forgeline")[0] == 0
+        code, outp = _sh(c, "/tests/test.sh")
+        assert code == 0 and "reward 0" in outp, outp
+        report = json.loads(_sh(c, "cat /logs/verifier/report.json")[1])
+        assert report["removed"] == ["src/pytest.py"] and not report["resolved"], report

@@ -38,8 +38,10 @@ gets neither, and its Dockerfile is what it was before dependencies existed.
 
 A snapshot with a src/ layout (snapshot.src_layout) imports its packages from src/ as in
 forgeline's image (envs/repo.Dockerfile's PYTHONPATH=/testbed/src): its Dockerfile sets that ENV
-and its grade.py puts the testbed's src/ on the PYTHONPATH pytest runs with. A snapshot without
-src/ gets neither line: its files are what they were before.
+and its grade.py puts the testbed's src/ on the PYTHONPATH pytest runs with; src/ being an import
+root, grade.py also tidies it by the root's rule (new top-level modules and packages the agent
+added under src/, say a src/pytest.py that would shadow pytest, are removed). A snapshot without
+src/ gets none of these lines: its files are what they were before.
 """
 from __future__ import annotations
 
@@ -98,13 +100,27 @@ REGULAR = 0o644
 # Package data in forgeline/tasks/harbor_files/ (pyproject.toml installs them): Dockerfile.in,
 # solve.sh.in and test.sh.in are str.format templates ({instance_id}, ...; `{{`/`}}` stand for
 # one brace); grade.py, the verifier program, is shipped as it is but for its __MARKER__ and
-# its __SRC_LAYOUT_ENV__ line (removed, or replaced by GRADE_SRC_LAYOUT_ENV for a src/ layout).
+# its two __SRC_LAYOUT_...__ slot lines (removed, or replaced by GRADE_SRC_LAYOUT_SLOTS' lines for
+# a src/ layout).
 TEMPLATE_DIR = "harbor_files"
 GRADE_SRC_LAYOUT_SLOT = "    # __SRC_LAYOUT_ENV__ (a line harbor.py puts here for a src/ layout, or removes)\n"
+GRADE_SRC_LAYOUT_TIDY_SLOT = "    # __SRC_LAYOUT_TIDY__ (lines harbor.py adds for a src/ layout, or removes)\n"
 # A src/ layout's packages import as in forgeline's image (envs/repo.Dockerfile): the Dockerfile
 # sets its PYTHONPATH, and grade.py puts the testbed's src/ (/testbed/src under Harbor) on pytest's.
 GRADE_SRC_LAYOUT_ENV = (f'    env["PYTHONPATH"] = os.path.join(os.path.abspath(testbed), {SRC_DIR!r})'
                         f'  # a src/ layout\n')
+# ... so src/ is an import root as the testbed is: grade.py's tidy, run again on src/ against the
+# snapshot's files under src/, removes what the agent added there as it does at the root (a new
+# src/pytest.py or src/_pytest/ would shadow pytest); the root's pass already restored src/'s tests.
+GRADE_SRC_LAYOUT_TIDY = (
+    f'    # a src/ layout: {SRC_DIR}/ is an import root too, tidied by the same rule as the root\n'
+    f'    src_files = [rel.split("/", 1)[1] for rel in cfg["baseline_files"]\n'
+    f'                 if rel.startswith("{SRC_DIR}/")]\n'
+    f'    src_removed, _ = tidy(os.path.join(args.testbed, "{SRC_DIR}"),\n'
+    f'                          dict(cfg, baseline_files=src_files, restore=[]))\n'
+    f'    removed = sorted(removed + ["{SRC_DIR}/" + rel for rel in src_removed])\n')
+GRADE_SRC_LAYOUT_SLOTS = {GRADE_SRC_LAYOUT_SLOT: GRADE_SRC_LAYOUT_ENV,
+                          GRADE_SRC_LAYOUT_TIDY_SLOT: GRADE_SRC_LAYOUT_TIDY}
 DOCKERFILE_SRC_LAYOUT_ENV = (f"\n# a src/ layout: its packages import as installed, as in forgeline's "
                              f"image (envs/repo.Dockerfile)\nENV PYTHONPATH={TESTBED}/{SRC_DIR}\n")
 
@@ -296,11 +312,13 @@ def environment_dockerfile(instance: dict, settings: ExportSettings, marker: str
 
 def grade_program(src_layout: bool) -> str:
     """tests/grade.py: the verifier program, with the image marker's path and, for a src/ layout,
-    the testbed's src/ on pytest's PYTHONPATH (GRADE_SRC_LAYOUT_ENV)."""
+    the testbed's src/ on pytest's PYTHONPATH (GRADE_SRC_LAYOUT_ENV) and tidied as the root is
+    (GRADE_SRC_LAYOUT_TIDY)."""
     text = template("grade.py")
-    if text.count(GRADE_SRC_LAYOUT_SLOT) != 1:
-        raise ValueError("harbor_files/grade.py lost its __SRC_LAYOUT_ENV__ line")
-    text = text.replace(GRADE_SRC_LAYOUT_SLOT, GRADE_SRC_LAYOUT_ENV if src_layout else "")
+    for slot, lines in GRADE_SRC_LAYOUT_SLOTS.items():
+        if text.count(slot) != 1:
+            raise ValueError(f"harbor_files/grade.py lost its {slot.split()[1]} line")
+        text = text.replace(slot, lines if src_layout else "")
     return text.replace("__MARKER__", ENV_MARKER)
 
 

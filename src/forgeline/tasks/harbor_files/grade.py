@@ -146,6 +146,7 @@ def main(argv=None):
     kill_user(user)
     t0 = time.monotonic()
     removed, restored = tidy(args.testbed, cfg)
+    # __SRC_LAYOUT_TIDY__ (lines harbor.py adds for a src/ layout, or removes)
     f2p, p2p = cfg["fail_to_pass"], cfg["pass_to_pass"]
     tests = sorted(set(f2p) | set(p2p))
     log, found, code, timed_out = run_tests(args.testbed, tests, cfg["test_timeout_s"], user)

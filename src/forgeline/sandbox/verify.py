@@ -3,8 +3,10 @@ besides the package's own source code can change the verdict.
 
 The agent's diff is split per file and only regular source files of the package survive
 (`admissible`): edits to tests, conftest.py, pytest/tox/setup configuration, reward or log
-files, sitecustomize/usercustomize, .pth files, new top-level modules (a `pytest.py` in /testbed
-would shadow pytest), symlinks, binary patches and anything under a dot-directory are stripped.
+files, sitecustomize/usercustomize, .pth files, new top-level modules or packages (a `pytest.py` in
+/testbed would shadow pytest; in a src/ layout src/ is an import root too, so a new src/pytest.py
+or src/newpkg/ as well), symlinks, binary patches and anything under a dot-directory are stripped.
+A new module inside an existing package, `pkg/` or `src/pkg/`, stays.
 The tests then run in a FRESH environment from the image: the bug patch, then the filtered diff.
 
 What this does not stop: code in the package itself runs inside the pytest process, so a
@@ -19,7 +21,7 @@ from typing import Sequence
 
 from forgeline.sandbox.base import PatchError, Sandbox, TaskEnv
 from forgeline.sandbox.grading import grade, is_test_path
-from forgeline.sandbox.snapshot import snapshot_files
+from forgeline.sandbox.snapshot import import_parts, snapshot_files
 
 # Modules Python or pytest import by name from sys.path: never accepted from an agent.
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py",
@@ -93,10 +95,22 @@ def file_names(lines: list[str]) -> tuple[set[str], str | None]:
     return names, None
 
 
+def top_level_name(parts: Sequence[str]) -> tuple[str, bool]:
+    """(the snapshot path of the top-level name a path imports under, whether the path lies inside
+    it), a path given by its parts: 'pkg/m.py' -> ('pkg', True), 'src/pkg/m.py' -> ('src/pkg', True),
+    'src/pytest.py' -> ('src/pytest.py', False). The import root, the snapshot's root or its src/,
+    is snapshot.import_parts' rule; a path under src/ can name a package only where the snapshot
+    has a src/ folder (snapshot.src_layout), so a flat layout's packages are what they always were."""
+    depth = len(parts) - len(import_parts(parts)) + 1  # 1 at the root, 2 under src/
+    return "/".join(parts[:depth]), len(parts) > depth
+
+
 def package_layout(source: Path) -> tuple[frozenset[str], frozenset[str]]:
-    """(top-level package directories, every file path) of a snapshot, as posix strings."""
+    """(top-level package directories, every file path) of a snapshot, as posix strings: a package
+    is a folder with an __init__.py at an import root (snapshot.import_parts, as `top_level_name`):
+    `pkg` at the root, `src/pkg` in a src/ layout."""
     files = [p.relative_to(source).as_posix() for p in snapshot_files(source)]
-    packages = {f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith("/__init__.py")}
+    packages = {f.rsplit("/", 1)[0] for f in files if import_parts(f.split("/"))[1:] == ("__init__.py",)}
     return frozenset(packages), frozenset(files)
 
 
@@ -113,7 +127,8 @@ def admissible(path: str, packages: frozenset[str], files: frozenset[str]) -> st
         return "test or test configuration"
     if p.name in FORBIDDEN_NAMES:
         return f"{p.name} is imported by the interpreter or pytest"
-    if path in files or p.parts[0] in packages and len(p.parts) > 1:
+    top, inside = top_level_name(p.parts)
+    if path in files or inside and top in packages:
         return None
     return "new module outside the package (could shadow an import)"
 

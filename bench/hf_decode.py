@@ -13,7 +13,11 @@ its own), all at T = 0.5, eos suppressed for rows that end early only by the len
 - `generate`: transformers' `model.generate` over the left-padded batch, full prefill every
   turn (HFEngine until session 15);
 - `decode`: `HFEngine(prefix_cache_bytes=0)`: forgeline.policy.decode, full prefill per turn;
-- `decode+cache`: `HFEngine()`: each row prefills only what its cached prefix lacks.
+- `decode+cache`: `HFEngine()`: each row prefills only what its cached prefix lacks;
+- `decode+cache, a seed per row`: the same with per-prompt `seeds` (`rollout.seeding: episode`,
+  what PPO and GRPO use);
+- `one row per call+cache`: one `generate` per prompt with its own seed, how `seeding: episode`
+  generated before (each episode alone).
 
 Variants alternate per repeat so machine load hits all alike; the table shows medians of
 wall seconds for the whole conversation, generated tokens per second, and the ratio to
@@ -77,9 +81,16 @@ def generate_variant(model, eos: list[int], pad: int):
     return run
 
 
-def engine_variant(engine):
+def engine_variant(engine, per_row: bool = False, one_by_one: bool = False):
+    """HFEngine: one call for the batch (one seed, or `per_row` seeds), or `one_by_one` call per
+    prompt with its own seed (how `seeding: episode` generated before session 15)."""
     def run(prompts, new_tokens, seed):
-        return [g.token_ids for g in engine.generate(prompts, new_tokens, 0.5, 1.0, seed=seed)]
+        seeds = [seed * 1000 + i for i in range(len(prompts))]
+        if one_by_one:
+            return [engine.generate([p], new_tokens, 0.5, 1.0, seed=s)[0].token_ids for p, s in zip(prompts, seeds)]
+        gens = engine.generate(prompts, new_tokens, 0.5, 1.0, seed=seed, seeds=seeds if per_row else None)
+        return [g.token_ids for g in gens]
+    run.engine = engine
     return run
 
 
@@ -129,14 +140,16 @@ def main() -> int:
         "generate": generate_variant(model, eos, 0),
         "decode": engine_variant(HFEngine(model, tok, eos_token_ids=eos, prefix_cache_bytes=0)),
         "decode+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos)),
+        "decode+cache, a seed per row": engine_variant(HFEngine(model, tok, eos_token_ids=eos), per_row=True),
+        "one row per call+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos), one_by_one=True),
     }
     for run in variants.values():  # warm-up, untimed
         run([[5] * 40, [6] * 30], 4, 0)
     results: dict[str, list[dict]] = {name: [] for name in variants}
     for r in range(args.repeats):
         for name, run in variants.items():
-            if name == "decode+cache":
-                run.__closure__[0].cell_contents.prefix_cache.clear()
+            if getattr(run, "engine", None) is not None and run.engine.prefix_cache is not None:
+                run.engine.prefix_cache.clear()
             results[name].append(conversation(run, args.rows, args.turns, args.new_tokens, args.answer,
                                               vocab, seed=100 + r))
     base = statistics.median(x["wall_s"] for x in results["generate"])

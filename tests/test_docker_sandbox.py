@@ -7,6 +7,7 @@ import shlex
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from conftest import ROOT, TINY_NAME
 from forgeline.sandbox.base import PatchError, SandboxError, TaskEnv
 from forgeline.sandbox.grading import pytest_shell
 from forgeline.sandbox.process import ProcessSandbox
-from forgeline.sandbox.verify import filter_agent_diff, verify
+from forgeline.sandbox.verify import filter_agent_diff, package_layout, verify
 
 # The task: the bug turns add into a subtraction; test_add fails with it.
 BUG = textwrap.dedent(f"""\
@@ -343,3 +344,63 @@ def test_sandboxed_code_sees_no_secrets(sandbox, env, monkeypatch):
                  "+++ b/tests/test_env.py\n@@ -0,0 +1,5 @@\n" + "".join("+" + line + "\n" for line in probe.splitlines()))
         run = backend.run_tests(env, [patch], ["tests/test_env.py::test_env"], timeout_s=60)
         assert run.statuses == {"tests/test_env.py::test_env": "PASSED"}, (backend.name, run.log[-800:])
+
+
+# -- the sandbox verifier's diff filter: packages at an import root, flat or under src/ ----------
+
+SHADOW = "new module outside the package (could shadow an import)"
+
+
+def added(path: str, text: str = "x = 1\n") -> str:
+    """A git diff part that adds `path` with `text`."""
+    lines = text.splitlines()
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines))
+
+
+def src_or_flat_snapshot(root: Path, package: str) -> Path:
+    """A repository snapshot: package `package` (`sigma` or `src/sigma`) and a test of it."""
+    for rel, text in {f"{package}/__init__.py": "def mean(xs):\n    return sum(xs) // len(xs)\n",
+                      "tests/test_sigma.py": "from sigma import mean\n", "README.md": "sigma\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def stripped_reasons(diff: str, root: Path) -> tuple[str, dict[str, str]]:
+    kept, stripped = filter_agent_diff(diff, root)
+    return kept, {s["path"]: s["reason"] for s in stripped}
+
+
+# the fix a src/-layout agent may write: a module new inside the package, imported by the package
+FIX_IN_PACKAGE = ("diff --git a/src/sigma/__init__.py b/src/sigma/__init__.py\n"
+                  "--- a/src/sigma/__init__.py\n+++ b/src/sigma/__init__.py\n@@ -1,2 +1 @@\n"
+                  "-def mean(xs):\n-    return sum(xs) // len(xs)\n+from sigma._mean import mean\n"
+                  + added("src/sigma/_mean.py", "def mean(xs):\n    return sum(xs) / len(xs)\n")
+                  + added("src/sigma/stats/spread.py"))
+
+
+def test_a_src_layouts_package_is_under_src(tmp_path):
+    root = src_or_flat_snapshot(tmp_path, "src/sigma")
+    assert package_layout(root)[0] == {"src/sigma"}
+    kept, reasons = stripped_reasons(FIX_IN_PACKAGE, root)
+    assert kept == FIX_IN_PACKAGE and reasons == {}
+
+
+def test_new_top_level_names_under_src_are_stripped(tmp_path):
+    """src/ is an import root (PYTHONPATH=/testbed/src): a new name there could shadow pytest."""
+    root = src_or_flat_snapshot(tmp_path, "src/sigma")
+    cheats = ["src/pytest.py", "src/_pytest/__init__.py", "src/newpkg/__init__.py", "src/newpkg/mod.py",
+              "src/__init__.py", "sigma/__init__.py"]
+    kept, reasons = stripped_reasons("".join(added(path) for path in cheats) + FIX_IN_PACKAGE, root)
+    assert kept == FIX_IN_PACKAGE and reasons == {path: SHADOW for path in cheats}
+
+
+def test_a_flat_layout_is_filtered_as_before(tmp_path):
+    """A snapshot without src/: its packages are at the root, and nothing under src/ is one."""
+    root = src_or_flat_snapshot(tmp_path, "sigma")
+    assert package_layout(root)[0] == {"sigma"}
+    inside = added("sigma/_mean.py") + added("sigma/stats/spread.py")
+    cheats = ["pytest.py", "_pytest/__init__.py", "src/sigma/_mean.py", "src/pytest.py"]
+    kept, reasons = stripped_reasons("".join(added(path) for path in cheats) + inside, root)
+    assert kept == inside and reasons == {path: SHADOW for path in cheats}

@@ -1,9 +1,6 @@
 """`forgeline verify` on a handmade tree of three stages (no Snakemake, no DVC run): a stage
 deleted whole, a stage half there, an edited manifest, a partial pull, and that a failed check
-touches nothing. tests/test_versioning.py does the same through real `dvc pull`s.
-
-Last section: the sandbox verifier's diff filter (forgeline.sandbox.verify) in a src/ layout and
-a flat one; its other filter tests are in tests/test_docker_sandbox.py."""
+touches nothing. tests/test_versioning.py does the same through real `dvc pull`s."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +13,6 @@ import pytest
 import yaml
 
 from forgeline.provenance import Manifest, atomic_dir
-from forgeline.sandbox.verify import filter_agent_diff, package_layout
 from forgeline.workflow import verify
 from forgeline.workflow.verify import check, check_tree, dag_outputs, dvc_dir_md5, lock_records
 
@@ -218,63 +214,3 @@ def test_a_running_or_foreign_writers_temp_is_never_swept(tree):
     assert "is running" in problems[mine.name]
     assert "node17.cluster:4242, on another machine" in problems[foreign.name]
     assert mine.exists() and foreign.exists()
-
-
-# -- the sandbox verifier's diff filter: packages at an import root, flat or under src/ ----------
-
-SHADOW = "new module outside the package (could shadow an import)"
-
-
-def added(path: str, text: str = "x = 1\n") -> str:
-    """A git diff part that adds `path` with `text`."""
-    lines = text.splitlines()
-    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines))
-
-
-def snapshot(root: Path, package: str) -> Path:
-    """A repository snapshot: package `package` (`sigma` or `src/sigma`) and a test of it."""
-    for rel, text in {f"{package}/__init__.py": "def mean(xs):\n    return sum(xs) // len(xs)\n",
-                      "tests/test_sigma.py": "from sigma import mean\n", "README.md": "sigma\n"}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
-def stripped_reasons(diff: str, root: Path) -> tuple[str, dict[str, str]]:
-    kept, stripped = filter_agent_diff(diff, root)
-    return kept, {s["path"]: s["reason"] for s in stripped}
-
-
-# the fix a src/-layout agent may write: a module new inside the package, imported by the package
-FIX_IN_PACKAGE = ("diff --git a/src/sigma/__init__.py b/src/sigma/__init__.py\n"
-                  "--- a/src/sigma/__init__.py\n+++ b/src/sigma/__init__.py\n@@ -1,2 +1 @@\n"
-                  "-def mean(xs):\n-    return sum(xs) // len(xs)\n+from sigma._mean import mean\n"
-                  + added("src/sigma/_mean.py", "def mean(xs):\n    return sum(xs) / len(xs)\n")
-                  + added("src/sigma/stats/spread.py"))
-
-
-def test_a_src_layouts_package_is_under_src(tmp_path):
-    root = snapshot(tmp_path, "src/sigma")
-    assert package_layout(root)[0] == {"src/sigma"}
-    kept, reasons = stripped_reasons(FIX_IN_PACKAGE, root)
-    assert kept == FIX_IN_PACKAGE and reasons == {}
-
-
-def test_new_top_level_names_under_src_are_stripped(tmp_path):
-    """src/ is an import root (PYTHONPATH=/testbed/src): a new name there could shadow pytest."""
-    root = snapshot(tmp_path, "src/sigma")
-    cheats = ["src/pytest.py", "src/_pytest/__init__.py", "src/newpkg/__init__.py", "src/newpkg/mod.py",
-              "src/__init__.py", "sigma/__init__.py"]
-    kept, reasons = stripped_reasons("".join(added(path) for path in cheats) + FIX_IN_PACKAGE, root)
-    assert kept == FIX_IN_PACKAGE and reasons == {path: SHADOW for path in cheats}
-
-
-def test_a_flat_layout_is_filtered_as_before(tmp_path):
-    """A snapshot without src/: its packages are at the root, and nothing under src/ is one."""
-    root = snapshot(tmp_path, "sigma")
-    assert package_layout(root)[0] == {"sigma"}
-    inside = added("sigma/_mean.py") + added("sigma/stats/spread.py")
-    cheats = ["pytest.py", "_pytest/__init__.py", "src/sigma/_mean.py", "src/pytest.py"]
-    kept, reasons = stripped_reasons("".join(added(path) for path in cheats) + inside, root)
-    assert kept == inside and reasons == {path: SHADOW for path in cheats}

@@ -372,6 +372,15 @@ def test_openai_engine_round_trip_through_http(hf, tok):
             assert (gen.token_ids, gen.logprobs, gen.text, gen.finish_reason) == \
                 (want.token_ids, want.logprobs, want.text, want.finish_reason)
             assert gen.prompt_tokens == len(prompt)
+        # per-prompt seeds: prompt i drawn as its own one-prompt call with seeds[i], on both engines
+        seeds = [11, 12]
+        for eng in (client, hf):
+            together = eng.generate(prompts, 8, temperature=0.9, seeds=seeds)
+            alone = [eng.generate([p], 8, temperature=0.9, seed=s)[0] for p, s in zip(prompts, seeds)]
+            assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+            assert together[0].token_ids != together[1].token_ids or prompts[0] != prompts[1]
+        with pytest.raises(ValueError, match="one per prompt"):
+            hf.generate(prompts, 4, seeds=[1])
         body = handler.bodies[0]
         assert body["include_stop_str_in_output"] and body["skip_special_tokens"] is False
         assert body["stop"] == ["\n\n"] and body["logprobs"] == 0 and body["top_k"] == -1

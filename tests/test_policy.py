@@ -308,6 +308,33 @@ def test_hf_engine_prefix_cache_prefills_only_the_new_turn_and_forgets_old_weigh
     assert len(cached.generate([[prompts[0][0]]], 3, temperature=0.0)[0].token_ids) >= 1
 
 
+def test_rows_that_end_early_leave_the_batch_and_the_rest_decode_unchanged(lm, tok):
+    """A row that ends (eos) stops taking a slot once half the batch has ended; every row still
+    gets what it would get alone, greedy and sampled with its own seed, and the ended rows'
+    states in the prefix cache continue their conversations correctly."""
+    prompts = _prompts(tok) + [_prompts(tok)[0][:-3]]
+    probe = engine.HFEngine(lm, tok, prefix_cache_bytes=0).generate(prompts, 12, temperature=0.0)
+    # an "eos" that ends rows 0 and 1 early: the tokens they emit at steps 1 and 2
+    stop_ids = [probe[0].token_ids[1], probe[1].token_ids[2]]
+    eos = sorted({*stop_ids, tok.eos_token_id})
+    cached = engine.HFEngine(lm, tok, eos_token_ids=eos)
+    fresh = engine.HFEngine(lm, tok, eos_token_ids=eos, prefix_cache_bytes=0)
+    batch = cached.generate(prompts, 12, temperature=0.0)
+    lengths = [len(g.token_ids) for g in batch]
+    assert lengths[0] <= 2 and lengths[1] <= 3 and max(lengths) > 6, lengths  # ended at different steps
+    for p, g in zip(prompts, batch):
+        assert g.token_ids == fresh.generate([p], 12, temperature=0.0)[0].token_ids
+    seeds = [3, 4, 5, 6]
+    sampled = fresh.generate(prompts, 12, temperature=1.0, seeds=seeds)
+    for p, s_, g in zip(prompts, seeds, sampled):
+        assert g.token_ids == fresh.generate([p], 12, temperature=1.0, seed=s_)[0].token_ids
+    answer = chat.render_ids(tok, [{"role": "user", "content": "again"}])
+    turn2 = [p + g.token_ids + answer for p, g in zip(prompts, batch)]
+    assert [g.token_ids for g in cached.generate(turn2, 6, temperature=0.0)] == \
+        [g.token_ids for g in fresh.generate(turn2, 6, temperature=0.0)]
+    assert cached.prefix_cache.hits_tokens >= sum(len(t) - len(answer) - 1 for t in turn2)
+
+
 def test_prefix_cache_evicts_least_recently_used_past_its_budget():
     from forgeline.policy.decode import PrefixCache
 

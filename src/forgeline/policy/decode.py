@@ -12,7 +12,9 @@ preallocated key/value buffer.
   byte budget, emptied when the model's weights change (`weights_version`).
 - `sample_next`: one token per row from softmax(logits / T), top-p nucleus, greedy at T = 0,
   and the log-probability it was drawn with (module docstring of `forgeline.policy.engine`).
-- `decode_batch`: the loop; returns each row's tokens and log-probs.
+- `decode_batch`: the loop; returns each row's tokens and log-probs. Once half of the rows
+  still in the batch have ended, the finished ones leave it, so a long sample does not make
+  the short ones' slots compute padding to the end.
 
 Positions are each row's own (left padding never shifts RoPE), so a row's tokens match an
 unpadded forward of the same sequence up to float rounding (tests/test_policy.py).
@@ -119,6 +121,11 @@ class _BufferLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.n
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` of the batch (the others finished)."""
+        self._k, self._v = self._k.index_select(0, rows), self._v.index_select(0, rows)
+        self.keys, self.values = self._k[:, :, :self.n], self._v[:, :, :self.n]
+
 
 def _forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: Cache,
              mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -223,27 +230,45 @@ def decode_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, t
     logps: list[list[float]] = [[] for _ in rows]
     done = [False] * b
     stopped = [False] * b
+    live = list(range(b))  # the rows still in the buffer, in buffer order
+
+    def keep_states(at: list[int]) -> None:
+        """Store rows `at` (buffer positions): each row's prompt and tokens but the last."""
+        for j in at:
+            i = live[j]
+            n = len(rows[i]) - 1 + len(tokens[i])
+            start = width - (len(rows[i]) - 1)
+            kv = [(layer._k[j:j + 1, :, start:start + n].clone(), layer._v[j:j + 1, :, start:start + n].clone())
+                  for layer in layers]
+            cache.store(torch.cat([rows[i], torch.tensor(tokens[i][:-1], dtype=torch.long)]), kv)
+
     for t in range(max_new_tokens):
         logits = _forward(model, x, positions, buffer, mask[:, :width + t + 1])
-        token, logp = sample_next(logits, temperature, top_p, generator)
+        token, logp = sample_next(logits, temperature, top_p,
+                                  generator if isinstance(generator, torch.Generator) else [generator[i] for i in live])
         ended = torch.isin(token, eos).tolist()
-        for i, (tok, lp) in enumerate(zip(token.tolist(), logp.tolist())):
+        for j, (tok, lp) in enumerate(zip(token.tolist(), logp.tolist())):
+            i = live[j]
             if done[i]:
                 continue
             tokens[i].append(tok)
             logps[i].append(lp)
-            if ended[i] or (stops is not None and stops(tokens[i])):
+            if ended[j] or (stops is not None and stops(tokens[i])):
                 done[i] = stopped[i] = True
         if all(done) or t == max_new_tokens - 1:
             break
-        x = torch.where(torch.tensor(done, device=device), pad_token_id, token)[:, None]
+        finished = [j for j, i in enumerate(live) if done[i]]
+        if 2 * len(finished) >= len(live):  # half the batch idles: decode the others alone
+            if cache is not None:
+                keep_states(finished)
+            keep = torch.tensor([j for j, i in enumerate(live) if not done[i]], device=device)
+            for layer in layers:
+                layer.select(keep)
+            mask, positions, token = mask[keep], positions[keep], token[keep]
+            live = [live[j] for j in keep.tolist()]
+        x = torch.where(torch.tensor([done[i] for i in live], device=device), pad_token_id, token)[:, None]
         mask[:, width + t + 1] = 1
         positions = positions + 1
-    if cache is not None:  # each row's prompt and tokens but the last (never fed back)
-        for i, ids in enumerate(rows):
-            n = len(ids) - 1 + len(tokens[i])
-            start = width - (len(ids) - 1)
-            kv = [(layer._k[i:i + 1, :, start:start + n].clone(), layer._v[i:i + 1, :, start:start + n].clone())
-                  for layer in layers]
-            cache.store(torch.cat([ids, torch.tensor(tokens[i][:-1], dtype=torch.long)]), kv)
+    if cache is not None:
+        keep_states(list(range(len(live))))
     return [Sampled(tokens[i], logps[i], stopped[i]) for i in range(b)]

@@ -28,6 +28,7 @@ Tool = Literal["bash", "edit", "submit"]
 Outcome = Literal["resolved", "failed", "timeout", "context_exceeded", "invalid", "step_limit"]
 REPO_NAME = "^[A-Za-z0-9_.-]+$"
 COMMIT = "^[0-9a-f]{40}$"
+HUB_REPO = "^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"  # "org/name" on the hub
 
 
 def spec(default: Any = MISSING, *, ge: float | None = None, gt: float | None = None,
@@ -137,7 +138,7 @@ class GenerateConfig:
 class IngestHubConfig:
     """`tasks.ingest.hub`: upstream SWE-smith on the hub (Parquet shards), read by ingest_extra."""
 
-    repo_id: str | None = spec(pattern="^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    repo_id: str | None = spec(pattern=HUB_REPO)
     """the dataset repository, e.g. SWE-bench/SWE-smith (null: off)"""
     revision: str | None = spec(pattern=COMMIT)
     """the full 40-hex commit (a branch or tag moves, so it is refused)"""
@@ -811,6 +812,40 @@ class EvaluationConfig:
         return out
 
 
+# -- publish -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class PublishCardConfig:
+    """`publish.card`: the metadata of the adapter's model card (rule publish_adapter)."""
+
+    license: str = spec(pattern="^[a-z0-9][a-z0-9.+-]*$")
+    """the card's license id (hub ids: apache-2.0, mit, other, unknown, ...)"""
+    tags: list[str] = spec(pattern="^[A-Za-z0-9][A-Za-z0-9._:-]*$", unique=True)
+    """hub tags of the card"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishHubConfig:
+    """`publish.hub`: where `forgeline publish` uploads the two folders (a user action, not a rule)."""
+
+    adapter_repo: str | None = spec(pattern=HUB_REPO)
+    """the model repository of results/publish/adapter, "org/name" (null: not configured)"""
+    dataset_repo: str | None = spec(pattern=HUB_REPO)
+    """the dataset repository of results/dataset/hf, "org/name" (null: not configured)"""
+    private: bool
+    """create the repositories private (an existing public one is refused while this is true)"""
+    connect_timeout_s: float = spec(gt=0, le=120)
+    """seconds to wait for the hub endpoint before stopping, with nothing uploaded"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishConfig:
+    """`publish`: the hub-ready adapter repository and the upload of it and the dataset."""
+
+    card: PublishCardConfig
+    hub: PublishHubConfig
+
+
 # -- the whole config --------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -827,3 +862,4 @@ class ParamsConfig:
     serving: ServingConfig
     train: TrainConfig
     evaluation: EvaluationConfig
+    publish: PublishConfig

@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from forgeline import cli
+from forgeline.provenance import sha256_file
+from forgeline.publish.card import card_files
 from forgeline.sandbox.grading import command_digest
 from forgeline.tasks import export as ex
 from forgeline.tasks.split import repo_disjoint_split, split_summary
@@ -73,7 +75,11 @@ def exported(tmp_path: Path) -> Path:
         images.append(tmp_path / "images" / f"{repo}.json")
         images[-1].write_text(json.dumps(image(repo)))
     funnel = tmp_path / "funnel.json"
-    funnel.write_text(json.dumps({"totals": {"ingested": 40, "validated": 20, "pool": 15, "split": {}},
+    funnel.write_text(json.dumps({"totals": {"candidates": 50, "ingested": 40, "validated": 20, "pool": 15,
+                                             "split": {}},
+                                  "repos": {"alpha": {"candidates": 12, "ingested": 10, "ingest_rejected": 2,
+                                                      "validated": 5, "validate_rejected": {"flaky": 2, "nop_passes": 1},
+                                                      "role": "pool"}},
                                   "ingest_rejected_by_category": {"unsafe_id": 2, "wrong_type": 3},
                                   "validate_rejected_by_check": {"flaky": 4, "nop_passes": 1},
                                   "extra_sources": {"records": 9, "accepted": 7, "rejected": 2,
@@ -109,8 +115,15 @@ def test_export_loads_with_datasets_and_its_card_parses(exported: Path, tmp_path
     assert info["split"]["digest"] == summary["digest"]
     assert info["environment"]["grading_command"] == command_digest()
     for text in (info["experiment_digest"], info["split"]["digest"], info["environment"]["digest"],
-                 "| train | ", "Rejected at ingest", "| unsafe_id | 2 |", "| flaky | 4 |", "load_dataset"):
+                 "| train | ", "Rejected at ingest", "| unsafe_id | 2 |", "| flaky | 4 |", "load_dataset",
+                 "Generated 50 candidates -> ingested 40 -> validated 20 -> in the pool repositories 15",
+                 "| alpha | pool | 12 | 10 | 2 | 5 | 3 |"):
         assert text in card.text or text in card.content, text
+    # every file of the folder, the card aside, with its bytes and sha256 (what `forgeline publish` checks)
+    assert card_files(card.content) == {
+        p.relative_to(exported / "hf").as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in (exported / "hf").rglob("*") if p.is_file() and p.name != "README.md"}
+    assert card_files(card.content)[ex.data_file("train")]["sha256"] == info["files"][ex.data_file("train")]
     for name, repos in summary["repos"].items():
         assert f"| {name} | {summary['counts'][name]} | {', '.join(repos)} |" in card.text
     manifest = json.loads((exported / "manifest.json").read_text())

@@ -1,7 +1,7 @@
 """The package's layers: every import points down, and no module imports itself back.
 
 Top to bottom: the CLI and the workflow tools; the phases of the experiment in DAG order (tasks,
-agent, train, evaluation); the infrastructure they share (sandbox, policy); the ground floor
+agent, train, evaluation, publish); the infrastructure they share (sandbox, policy); the ground floor
 (config and its typed sections, provenance, seeds, plots, code digests).
 A module may import its own layer or a lower one, never a higher one: editing a phase then never
 changes the code of the infrastructure beneath it, and a stage's code is only what it runs.
@@ -17,15 +17,16 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "src" / "forgeline"
 
 # The first name under forgeline -> its layer; higher numbers sit higher.
-GROUND, INFRASTRUCTURE, TASKS, AGENT, TRAIN, EVALUATION, TOP = range(7)
+GROUND, INFRASTRUCTURE, TASKS, AGENT, TRAIN, EVALUATION, PUBLISH, TOP = range(8)
 LAYER = {
     "": GROUND, "config": GROUND, "params": GROUND, "provenance": GROUND, "seeds": GROUND,
     "plots": GROUND, "codedeps": GROUND,
     "sandbox": INFRASTRUCTURE, "policy": INFRASTRUCTURE,
-    "tasks": TASKS, "agent": AGENT, "train": TRAIN, "evaluation": EVALUATION,
+    "tasks": TASKS, "agent": AGENT, "train": TRAIN, "evaluation": EVALUATION, "publish": PUBLISH,
     "cli": TOP, "workflow": TOP,
 }
-LAYER_NAMES = ["ground floor", "infrastructure", "tasks", "agent", "train", "evaluation", "cli/workflow"]
+LAYER_NAMES = ["ground floor", "infrastructure", "tasks", "agent", "train", "evaluation", "publish",
+               "cli/workflow"]
 
 
 def module_name(path: Path) -> str:

@@ -11,10 +11,12 @@ results/dataset/manifest.json` writes:
                                    pretty_name, configs/data_files: `datasets.load_dataset(OUT/hf)`
                                    gives every split) and a body with the digests, per-split
                                    counts and repositories, environments, the rejection funnel
-                                   and how to load it
+                                   (per step, per repository, per reason), how to load it and
+                                   every file's bytes and sha256 (what `forgeline publish` checks)
     OUT/hf/experiment.json         the digests, their parts and each data file's sha256
 
-OUT/hf is ready for `huggingface_hub.upload_folder(folder_path=OUT/hf, repo_type="dataset")`.
+OUT/hf is what `forgeline publish` uploads as a dataset repository (`publish.hub.dataset_repo`),
+after checking every file against the card's Files table.
 
 Fields. SWE-smith JSONL keeps exactly SWE_SMITH_FIELDS: forgeline-only fields (bug_type,
 mutation, validation, ...) are dropped there, so a file is what upstream publishes. The hub
@@ -153,8 +155,40 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
             *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)]
 
 
-def render_card(section: dict, info: dict, funnel: dict | None) -> str:
-    """The dataset card (README.md): YAML metadata, then what the dataset is and how it was made."""
+def funnel_lines(funnel: dict, total: int) -> list[str]:
+    """The rejection funnel of the card: the counts at each step, per repository, and the
+    rejections by category (ingest) and by check (validation), from funnel.json."""
+    t = funnel.get("totals", {})
+    steps = [*([f"generated {t['candidates']} candidates"] if t.get("candidates") else []),
+             f"ingested {t.get('ingested', '?')}", f"validated {t.get('validated', '?')}",
+             f"in the pool repositories {t.get('pool', '?')}", f"after the difficulty filter and split {total}"]
+    chain = " -> ".join(steps)
+    lines = [chain[0].upper() + chain[1:] + "."]
+    repos = funnel.get("repos") or {}
+    if repos:
+        lines += ["", *_table(["repository", "role", "candidates", "ingested", "rejected at ingest", "validated",
+                               "rejected by validation"],
+                              [[name, r.get("role", "-"), "-" if r.get("candidates") is None else r["candidates"],
+                                r.get("ingested", 0), r.get("ingest_rejected", 0), r.get("validated", 0),
+                                sum((r.get("validate_rejected") or {}).values())]
+                               for name, r in sorted(repos.items())])]
+    extra = funnel.get("extra_sources")
+    if extra:
+        lines += ["", f"External sources: {extra.get('records', 0)} records read, "
+                      f"{extra.get('accepted', 0)} accepted, {extra.get('rejected', 0)} rejected, "
+                      f"{extra.get('unattributed', 0)} of repositories not configured."]
+    for key, title in (("ingest_rejected_by_category", "Rejected at ingest, by category"),
+                       ("validate_rejected_by_check", "Rejected by validation, by check")):
+        counts = funnel.get(key) or {}
+        lines += ["", f"{title}:", ""]
+        lines += _table(["reason", "tasks"], [[k, v] for k, v in counts.items()]) if counts else ["none"]
+    return lines
+
+
+def render_card(section: dict, info: dict, funnel: dict | None, files: dict[str, dict]) -> str:
+    """The dataset card (README.md): YAML metadata, then what the dataset is and how it was made;
+    `files` ({path in the folder: {bytes, sha256}}, the card aside) is its Files table, which
+    `forgeline publish` checks the folder against."""
     import yaml
 
     split = info["split"]
@@ -198,24 +232,7 @@ def render_card(section: dict, info: dict, funnel: dict | None) -> str:
                      f"recorded images; the environment digest covers the backend and the grading "
                      f"command only.")
     lines += ["", "## How the tasks were filtered", ""]
-    if funnel:
-        t = funnel.get("totals", {})
-        lines.append(f"Ingested {t.get('ingested', '?')} -> validated {t.get('validated', '?')} -> "
-                     f"in the pool repositories {t.get('pool', '?')} -> after the difficulty filter "
-                     f"and split {total}.")
-        extra = funnel.get("extra_sources")
-        if extra:
-            lines += ["", f"External sources: {extra.get('records', 0)} records read, "
-                          f"{extra.get('accepted', 0)} accepted, {extra.get('rejected', 0)} rejected, "
-                          f"{extra.get('unattributed', 0)} of repositories not configured."]
-        for key, title in (("ingest_rejected_by_category", "Rejected at ingest, by category"),
-                           ("validate_rejected_by_check", "Rejected by validation, by check")):
-            counts = funnel.get(key) or {}
-            lines += ["", f"{title}:", ""]
-            lines += _table(["reason", "tasks"], [[k, v] for k, v in counts.items()]) \
-                if counts else ["none"]
-    else:
-        lines.append("No funnel was given to this export.")
+    lines += funnel_lines(funnel, total) if funnel else ["No funnel was given to this export."]
     lines += ["", "## Fields", "",
               f"`{'`, `'.join(SWE_SMITH_FIELDS)}` as in SWE-smith: `patch` INTRODUCES the bug "
               f"(the fix is its reverse); `FAIL_TO_PASS` / `PASS_TO_PASS` are lists of pytest node "
@@ -229,7 +246,10 @@ def render_card(section: dict, info: dict, funnel: dict | None) -> str:
               "whitespace, UTF-8) of its fields " + ", ".join(split["defining_fields"]) + "; one "
               "line `[split, instance_id, C]` per task in canonical JSON plus a newline, lines "
               "sorted, sha256 of the concatenation. The environment and experiment digests: see "
-              "`experiment.json` (`schemes`).", ""]
+              "`experiment.json` (`schemes`).", "",
+              "## Files", "",
+              *_table(["file", "bytes", "sha256"], [[f"`{path}`", files[path]["bytes"], f"`{files[path]['sha256']}`"]
+                                                    for path in sorted(files)]), ""]
     return "\n".join(lines)
 
 
@@ -372,7 +392,9 @@ def run(cfg, args: argparse.Namespace) -> None:
                                                                 [hub_row(i) for i in rows]))
             info["files"] = files
             write_json(tmp / EXPERIMENT_JSON, info)
-            write_text(tmp / CARD, render_card(section, info, funnel))
+            listed = {rel: {"bytes": (tmp / rel).stat().st_size, "sha256": sha256_file(tmp / rel)}
+                      for rel in [*files, EXPERIMENT_JSON]}
+            write_text(tmp / CARD, render_card(section, info, funnel, listed))
         outputs = [write_jsonl(jsonl[s], (swe_smith_record(i) for i in rows))
                    for s, rows in split.items()]
     outputs.append(hf)

@@ -39,12 +39,13 @@ def image_of(wildcards):
     return f"results/images/{wildcards.repo}.json" if DOCKER else []
 
 
-# The phases in DAG order: environments, tasks, the base policy, RL, evidence.
+# The phases in DAG order: environments, tasks, the base policy, RL, evidence, publishing.
 include: "rules/images.smk"
 include: "rules/tasks.smk"
 include: "rules/policy.smk"
 include: "rules/train.smk"
 include: "rules/evaluation.smk"
+include: "rules/publish.smk"
 
 
 rule all:
@@ -55,4 +56,5 @@ rule all:
         rules.export_dataset.output,
         rules.tables.output,
         rules.report.output,
+        rules.publish_adapter.output,
         expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),

@@ -121,15 +121,19 @@ def artifact_digests(project: Path) -> dict[str, str]:
 
 
 # Fields that hold wall-clock time (episode timings, PPO step times, evaluation runtimes), and
-# artifacts made from them: two honest runs differ there and nowhere else.
+# artifacts made from them: two honest runs differ there and nowhere else. The published adapter's
+# card lists the sha256 of its checkpoint-summary.json (wall-clock) and adapter_config.json (the
+# checkout, below).
 WALL_CLOCK_KEYS = {"timing", "time", "wall_s", "mean_wall_s", "wall_s_ratio"}
 WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables.csv",
                     "results/report/report.html", "results/adapter/checkpoint-summary.json",
-                    "results/adapter-grpo/checkpoint-summary.json")
+                    "results/adapter-grpo/checkpoint-summary.json",
+                    "results/publish/adapter/checkpoint-summary.json", "results/publish/adapter/README.md")
 
 
 # Fields that name the checkout a stage ran in: the adapter's base, by absolute path so that
-# PEFT's Auto classes load it from any working directory (train/ppo_checkpoints.py base_reference).
+# PEFT's Auto classes load it from any working directory (train/ppo_checkpoints.py base_reference;
+# in results/publish/adapter, the path of its base/: publish/adapter.py).
 CHECKOUT_KEYS = {"base_model_name_or_path"}
 
 

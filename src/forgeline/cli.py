@@ -41,6 +41,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "evaluate": ("forgeline.evaluation.evaluate", "one policy on one panel, paired seeds, resumable"),
     "tables": ("forgeline.evaluation.tables", "paired tables: success, CI, wins/ties/losses, McNemar p"),
     "report": ("forgeline.evaluation.report", "the HTML evidence page, plots and dvc-plots CSVs"),
+    "publish-adapter": ("forgeline.publish.adapter", "the PPO adapter as a hub-ready repository with its model card"),
 }
 TOOLS: dict[str, tuple[str, str]] = {
     "export-dvc": ("forgeline.workflow.dvc_export", "write dvc.yaml from the Snakemake DAG"),
@@ -52,6 +53,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "config-get": ("forgeline.config", "print one value of the merged config (e.g. sandbox.backend)"),
     "verify": ("forgeline.workflow.verify",
                "check results/ against the manifests; mark them current for Snakemake"),
+    "publish": ("forgeline.publish.upload",
+                "check the adapter and dataset folders against their cards, then upload them to the hub"),
 }
 
 

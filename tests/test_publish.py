@@ -414,16 +414,6 @@ def test_without_network_it_stops_before_touching_anything(project, dataset, hub
     assert hub_calls == []
 
 
-def test_this_machine_without_hub_access_stops_before_touching_anything(project, dataset, hub_calls, monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", "hf_test")
-    monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    if upload.unreachable(upload.DEFAULT_ENDPOINT, 5) is None:
-        pytest.skip("this machine reaches the hub; the closed-port test covers the offline path")
-    with pytest.raises(SystemExit, match=r"the hub endpoint https://huggingface.co is not reachable"):
-        publish(project, dataset)
-    assert hub_calls == []
-
-
 def test_no_token_or_offline_stops_first(project, dataset, hub_calls, monkeypatch, local_endpoint):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(SystemExit, match="HF_TOKEN is not set"):

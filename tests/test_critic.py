@@ -190,3 +190,18 @@ def test_lora_value_model_trains_only_adapter_and_head_and_saves_merged(tok, tmp
     assert not any("lora_" in n for n, _ in again.named_parameters())  # merged into plain weights
     with torch.no_grad():
         assert torch.allclose(again(ids), before, atol=1e-5)
+
+
+def test_batched_values_equal_each_episode_alone(tok):
+    # a batch is right-padded and runs without an attention mask: a shorter episode's values
+    # must not change beside a longer one
+    torch.manual_seed(0)
+    model = critic.value_model(make_lm(tok).model, init_value=0.0, seed=1)
+    with torch.no_grad():
+        model.value_head.weight.normal_()
+    ex = [{"tokens": [5, 17, 42, 99, 7, 8, 9], "positions": [2, 5], "targets": [0.1, 0.2]},
+          {"tokens": [11, 12, 13], "positions": [1, 2], "targets": [0.0, 1.0]}]
+    batched = critic.predict(model, ex, 0, 4096)
+    alone = [critic.predict(model, [e], 0, 4096)[0] for e in ex]
+    assert batched[1] == pytest.approx(alone[1], abs=1e-5) and batched[0] == pytest.approx(alone[0], abs=1e-5)
+    assert len({len(e["tokens"]) for e in ex}) == 2  # the second row really was padded

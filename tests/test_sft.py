@@ -197,17 +197,18 @@ def test_action_loss_equals_the_masked_loss_of_the_full_logits():
     cfg = tiny.tiny_qwen3_config(60, hidden_size=16, layers=1, heads=2, kv_heads=1, head_dim=8)
     model = tiny.init_tiny_qwen3(cfg, 0)
     ids = torch.randint(0, 60, (2, 9))
+    ids[1, 6:] = 0  # right padding: action_loss runs without the attention mask
     att = torch.tensor([[1] * 9, [1] * 6 + [0] * 3])
     mask = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 0, 0], [0, 1, 1, 0, 1, 0, 0, 0, 0]])
     full, n = sft.masked_lm_loss(model(input_ids=ids, attention_mask=att).logits, ids, mask)
-    part, m = sft.action_loss(model, ids, att, mask)
+    part, m = sft.action_loss(model, ids, mask)
     assert n == m == 6 and torch.allclose(full, part, atol=1e-6)
 
 
 def test_collate_and_truncate():
     ex = [{"tokens": [5, 6, 7], "mask": [0, 1, 1]}, {"tokens": [8], "mask": [1]}]
-    ids, att, lm = sft.collate(ex, pad_id=0)
-    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and att.tolist() == [[1, 1, 1], [1, 0, 0]]
+    ids, lm = sft.collate(ex, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
     assert lm.tolist() == [[0, 1, 1], [1, 0, 0]]
     assert sft.truncate_example({"tokens": [1, 2, 3, 4], "mask": [0, 0, 1, 1]}, 3)["tokens"] == [1, 2, 3]
     assert sft.truncate_example({"tokens": [1, 2, 3, 4], "mask": [0, 0, 1, 1]}, 2) is None

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from forgeline.agent.tools import apply_edit
 from forgeline.policy.chat import format_tool_call
-from forgeline.tasks.mutations import candidate_sites, mutated_if_valid, parse
+from forgeline.tasks.mutations import candidate_sites, mutated_if_valid, program
 
 # The whole suite, without tracebacks or the list of failures (-rN), and, when it fails, every
 # edit since the session started (its baseline commit) taken back: the same command after
@@ -241,8 +241,8 @@ def same_program(a: str | None, b: str) -> bool:
     if a == b:
         return True
     try:
-        return ast.dump(parse(a)) == ast.dump(parse(b))
-    except SyntaxError:
+        return program(a) == program(b)
+    except (SyntaxError, ValueError):
         return False
 
 

@@ -26,6 +26,7 @@ import ast
 import random
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -40,6 +41,28 @@ def parse(source: str) -> ast.Module:
     """ast.parse(source), one thread at a time."""
     with _PARSE_LOCK:
         return ast.parse(source)
+
+
+_PROGRAMS: OrderedDict[str, str] = OrderedDict()
+_PROGRAMS_LOCK = threading.Lock()
+_PROGRAMS_KEPT = 8
+
+
+def program(source: str, tree: ast.Module | None = None) -> str:
+    """ast.dump of `source`'s module (`tree` if already parsed): equal for two texts of the
+    same program, whitespace and redundant parentheses aside. The last few are kept: a scan
+    compares each candidate with one reference file, and a candidate it keeps is compared
+    again, and dumping a module costs more than parsing it. Raises SyntaxError."""
+    with _PROGRAMS_LOCK:
+        if source in _PROGRAMS:
+            _PROGRAMS.move_to_end(source)
+            return _PROGRAMS[source]
+    dump = ast.dump(tree if tree is not None else parse(source))
+    with _PROGRAMS_LOCK:
+        _PROGRAMS[source] = dump
+        while len(_PROGRAMS) > _PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+    return dump
 
 KINDS = ("op_swap", "cmp_boundary", "bool_flip", "remove_stmt", "arg_swap", "const_change",
          "invert_if")
@@ -155,21 +178,21 @@ def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -
         return None
     collector = _Collector(source, path, set(kinds))
     collector.visit_module(tree)
-    return sorted(set(collector.sites)), ast.dump(tree)
+    return sorted(set(collector.sites)), program(source, tree)
 
 
 def mutated_if_valid(source: str, site: Site, reference: str, path: str = "") -> str | None:
     """The mutated text if it compiles and changes the AST (not just whitespace or
-    parentheses), else None. Checking costs a compile and a parse of the whole module, so
+    parentheses), else None. Checking costs a parse and a compile of the whole module, so
     callers that need a few sites check them one by one instead of enumerating all."""
     mutated = apply_mutation(source, site)
     try:
-        compile(mutated, path or "<mutated>", "exec", dont_inherit=True)
-        if ast.dump(parse(mutated)) == reference:
-            return None
+        # one parse: compiling the tree raises what compiling the text would after parsing
+        tree = parse(mutated)
+        compile(tree, path or "<mutated>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
-    return mutated
+    return None if program(mutated, tree) == reference else mutated
 
 
 def select_sites(sites: Sequence[Site], kinds: Sequence[str], seed: int, max_tries: int) -> list[Site]:
@@ -343,6 +366,8 @@ class _Collector:
 
     def statements(self, block: list[ast.stmt], function: str) -> None:
         """remove_stmt sites of one block: only statements that stand on whole lines."""
+        if "remove_stmt" not in self.kinds:
+            return  # `removable` walks the function per statement: the scan's kinds skip it
         body = [s for s in block if not _is_docstring(s)]
         if len(body) < 2:
             return  # deleting the only statement would empty the block

@@ -258,23 +258,23 @@ def trainable_parameters(model) -> list:
 # -- training ------------------------------------------------------------------------------
 
 def collate_values(examples: Sequence[Mapping[str, Any]], pad_id: int):
-    """(input_ids, attention_mask, target [B, T] float32, target mask [B, T]) with the targets
-    placed at each example's output positions."""
+    """(input_ids, target [B, T] float32, target mask [B, T]) with the targets placed at each
+    example's output positions, right-padded: under the causal mask a real position never
+    sees a pad, so the model runs without an attention mask (sdpa's fused causal kernel,
+    ~2x faster here than with one) and the pads' values are never read."""
     import torch
 
     width = max(len(e["tokens"]) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    att = torch.zeros((len(examples), width), dtype=torch.long)
     tgt = torch.zeros((len(examples), width), dtype=torch.float32)
     tmask = torch.zeros((len(examples), width), dtype=torch.float32)
     for b, e in enumerate(examples):
         n = len(e["tokens"])
         ids[b, :n] = torch.tensor(e["tokens"], dtype=torch.long)
-        att[b, :n] = 1
         pos = torch.tensor(e["positions"], dtype=torch.long)
         tgt[b, pos] = torch.tensor(e["targets"], dtype=torch.float32)
         tmask[b, pos] = 1.0
-    return ids, att, tgt, tmask
+    return ids, tgt, tmask
 
 
 def predict(model, examples: Sequence[Mapping[str, Any]], pad_id: int, tokens_per_batch: int
@@ -288,8 +288,8 @@ def predict(model, examples: Sequence[Mapping[str, Any]], pad_id: int, tokens_pe
     with torch.no_grad():
         for idx in token_batches([len(e["tokens"]) for e in examples], tokens_per_batch, 0, 0, shuffle=False):
             batch = [examples[i] for i in idx]
-            ids, att, _, _ = collate_values(batch, pad_id)
-            values = model(ids, att)
+            ids, _, _ = collate_values(batch, pad_id)
+            values = model(ids)
             for b, i in enumerate(idx):
                 out[i] = values[b, torch.tensor(examples[i]["positions"])].tolist()
     model.train(was_training)
@@ -347,8 +347,8 @@ def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mappin
             lr = float(cfg.lr) * min(1.0, (step + 1) / max(int(cfg.warmup_steps), 1))
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids, att, tgt, tmask = collate_values([train[i] for i in idx], pad_id)
-            values = model(ids, att)
+            ids, tgt, tmask = collate_values([train[i] for i in idx], pad_id)
+            values = model(ids)
             loss = rl.masked_mean((values - tgt) ** 2, tmask)
             opt.zero_grad(set_to_none=True)
             loss.backward()

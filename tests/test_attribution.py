@@ -197,7 +197,7 @@ def test_gate_continues_only_on_what_the_rule_says():
     assert g["decision"] == "stop" and g["p_holm"] == 1.0
     assert g["reason"] == (
         "stop: ppo is not significantly better than base on panel test (McNemar over 40 task x seed pairs: "
-        "Holm p=1.00, raw p=1.00; 2 wins, 37 ties, 1 losses). Rule (evaluation.gate): continue if ppo is "
+        "Holm p=1.00, raw p=1.00; 2 wins, 37 ties, 1 loss). Rule (evaluation.gate): continue if ppo is "
         "significantly better than base on panel test (p < 0.05, Holm-adjusted, and ahead)")
     assert tb.gate_decision(tables, gate(continue_if="not_worse"), 0.05)["decision"] == "continue"
     g = tb.gate_decision(tables, gate(policy="grpo", against="ppo"), 0.05)

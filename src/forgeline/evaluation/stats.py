@@ -275,6 +275,11 @@ def _clause(other: str, p: float, alpha: float, up: float, counts: str, p_holm: 
     return f"{other} {'better' if up > 0 else 'worse'}, {shown} ({counts})"
 
 
+def counts_text(wins: int, ties: int, losses: int) -> str:
+    """"3 wins, 32 ties, 1 loss"."""
+    return f"{wins} win{'s' * (wins != 1)}, {ties} tie{'s' * (ties != 1)}, {losses} loss{'es' * (losses != 1)}"
+
+
 def verdict(other: str, base: str, wins: int, ties: int, losses: int, p: float,
             alpha: float = 0.05, task: Mapping[str, float | int] | None = None,
             p_holm: float | None = None, task_p_holm: float | None = None) -> str:
@@ -289,7 +294,7 @@ def verdict(other: str, base: str, wins: int, ties: int, losses: int, p: float,
     0 same, 0 down)". With `p_holm` / `task_p_holm` (the panel reports several comparisons) the
     Holm-adjusted p decides and both are printed: "ppo better, Holm p=0.004 (raw p=0.002; ...)".
     """
-    counts = f"{wins} win{'s' * (wins != 1)}, {ties} tie{'s' * (ties != 1)}, {losses} loss{'es' * (losses != 1)}"
+    counts = counts_text(wins, ties, losses)
     pairs = _clause(other, p, alpha, wins - losses, counts, p_holm)
     if task is None:
         return f"{other} vs {base}: {pairs}"

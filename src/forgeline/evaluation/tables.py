@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from forgeline.evaluation.attribution import FAILURE_CLASSES, OUTCOME_CLASSES, class_counts, outcome_class, transitions
-from forgeline.evaluation.stats import (p_text, detectable_effect_sentence, detectable_effects, holm,
-                                        mcnemar_exact_p, mean, paired_outcomes, ratio, significant,
+from forgeline.evaluation.stats import (counts_text, detectable_effect_sentence, detectable_effects, holm,
+                                        mcnemar_exact_p, mean, p_text, paired_outcomes, ratio, significant,
                                         success_summary, task_level_test, verdict)
 from forgeline.provenance import Manifest, read_jsonl, write_json, write_text
 
@@ -258,7 +258,7 @@ def gate_decision(tables: Mapping[str, Mapping[str, Any]], gate: Any, alpha: flo
     else:
         p, p_holm, up, down = c["mcnemar_p"], c["mcnemar_p_holm"], c["wins"], c["losses"]
         ahead, how = up - down, f"McNemar over {c['wins'] + c['ties'] + c['losses']} task x seed pairs"
-        counts = f"{up} wins, {c['ties']} ties, {down} losses"
+        counts = counts_text(up, c["ties"], down)
     sig = p_holm < alpha and ahead != 0
     go = (sig and ahead > 0) if gate.continue_if == "better" else not (sig and ahead < 0)
     shown = p_text(p_holm) if c["holm_m"] == 1 else f"Holm {p_text(p_holm)}, raw {p_text(p)}"

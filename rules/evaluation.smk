@@ -24,7 +24,7 @@ COPY_PRETRAINED = BASE_SOURCE == "sft" and any(
     phase["steps"] for phase in config["policy"]["init"]["copy"].values() if isinstance(phase, dict))
 BASE_CURVES = [*(["copy_curve"] if COPY_PRETRAINED else []), *(["sft_curve"] if BASE_SOURCE == "sft" else [])]
 # the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
-REPORT_PLOTS = ["success", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "ppo_curve"]
+REPORT_PLOTS = ["success", "outcomes", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "ppo_curve"]
 MANIFEST_DIRS = [*(["results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
                  "results/critic", "results/adapter", "results/adapter-grpo"]
 
@@ -41,7 +41,9 @@ rule evaluate:
         episodes="results/eval/{panel}/{policy}.episodes.jsonl",
         manifest="results/eval/{panel}/{policy}.manifest.json",
     params:
-        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "evaluation"),
+        # what evaluate reads of `evaluation` (the tables' alpha, pairs, power and gate rerun no episode)
+        conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "evaluation.k",
+                       "evaluation.k_per_panel", "evaluation.seeds", "evaluation.threads", "evaluation.dtype"),
         base=lambda w, input: f"--base {input.base}" if input.base else "",
     wildcard_constraints:
         panel="|".join(PANELS),
@@ -61,6 +63,8 @@ rule evaluate:
 rule tables:
     input:
         results=expand("results/eval/{panel}/{policy}.jsonl", panel=PANELS, policy=POLICIES),
+        # the episode records: how each episode ended (outcome classes, sandbox errors included)
+        episodes=expand("results/eval/{panel}/{policy}.episodes.jsonl", panel=PANELS, policy=POLICIES),
         code=stage_code("forgeline.evaluation.tables"),
     output:
         markdown="results/eval/tables/tables.md",
@@ -69,7 +73,8 @@ rule tables:
         metrics="results/eval/tables/metrics.json",
         manifest="results/eval/tables/manifest.json",
     params:
-        conf=params_of(config, "evaluation"),
+        conf=params_of(config, "evaluation.base", "evaluation.alpha", "evaluation.confidence", "evaluation.pairs",
+                       "evaluation.power", "evaluation.gate"),
     log:
         "logs/tables.log",
     threads: 1
@@ -77,7 +82,7 @@ rule tables:
         mem_mb=1000,
         runtime=5,
     shell:
-        "forgeline tables {CONFIG} --results {input.results} --base {EVAL_BASE}"
+        "forgeline tables {CONFIG} --results {input.results} --episodes {input.episodes} --base {EVAL_BASE}"
         " --out-dir results/eval/tables --manifest {output.manifest} --log {log}"
 
 
@@ -111,7 +116,9 @@ rule report:
         sft=["results/policy/sft"] if BASE_SOURCE == "sft" else [],
         critic="results/critic",
         ppo="results/adapter",
+        grpo="results/adapter-grpo",
         tables="results/eval/tables/metrics.json",
+        tables_json="results/eval/tables/tables.json",
         manifests=MANIFEST_FILES,
         folders=sorted(set(MANIFEST_DIRS)),
         code=stage_code("forgeline.evaluation.report"),
@@ -138,5 +145,6 @@ rule report:
         " --split {input.split} --images {input.images} {params.copy_curve} {params.sft_curve}"
         " --difficulty {input.difficulty}"
         " --critic {input.critic}/metrics.json --ppo-log {input.ppo}/train_log.jsonl"
-        " --metrics {input.tables} --tables-md results/eval/tables/tables.md"
+        " --grpo-log {input.grpo}/train_log.jsonl"
+        " --metrics {input.tables} --tables-md results/eval/tables/tables.md --tables-json {input.tables_json}"
         " --manifests {input.manifests} {params.folder_manifests} --manifest {output.manifest} --log {log}"

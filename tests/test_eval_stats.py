@@ -162,3 +162,95 @@ def test_verdict_with_a_task_level_test_answers_both_questions():
     assert st.verdict("ppo", "base", 0, 20, 12, st.mcnemar_exact_p(0, 12), 0.05, level).startswith(
         "ppo vs base on these 4 tasks (McNemar over 32 pairs): ppo worse, p<0.001 (0 wins, 20 ties, 12 losses); "
         "over tasks as a sample (task-level sign flip): no significant difference (p=1.00;")
+
+
+# -- against statsmodels, the reference implementation ------------------------------------------
+
+def test_mcnemar_exact_p_equals_statsmodels():
+    from statsmodels.stats.contingency_tables import mcnemar
+    for wins, losses, both, neither in ((3, 3, 5, 27), (2, 2, 7, 16), (10, 0, 5, 0), (7, 1, 0, 3), (0, 12, 4, 4),
+                                        (1, 30, 0, 0), (20, 9, 11, 60), (0, 0, 3, 3), (5, 1, 0, 0)):
+        # rows: the base resolved / not; columns: the other resolved / not
+        table = [[both, losses], [wins, neither]]
+        assert st.mcnemar_exact_p(wins, losses) == pytest.approx(mcnemar(table, exact=True).pvalue, rel=1e-12, abs=0)
+
+
+def test_holm_equals_statsmodels_and_only_raises_p():
+    from statsmodels.stats.multitest import multipletests
+    for ps in ([0.01, 0.04, 0.03, 0.5], [0.001953125, 1.0], [0.2, 0.2, 0.2], [0.049], [0.0703, 0.002, 0.9, 0.01, 0.04],
+               [1.0, 1.0]):
+        ours = st.holm(ps)
+        assert ours == pytest.approx(list(multipletests(ps, method="holm")[1]), abs=1e-15)
+        assert all(a >= p for a, p in zip(ours, ps)) and all(a <= 1 for a in ours)
+    assert st.holm([0.03]) == [0.03] and st.holm([]) == []
+
+
+def test_verdict_reads_the_holm_adjusted_p():
+    # raw p = 0.0313 (6 wins, 0 losses) is below 0.05; after Holm over 3 comparisons it is not
+    raw = st.mcnemar_exact_p(6, 0)
+    assert raw == pytest.approx(2 / 64)
+    adjusted = st.holm([raw, 0.5, 1.0])[0]
+    assert adjusted == pytest.approx(3 * raw)
+    assert st.verdict("ppo", "base", 6, 30, 0, raw) == "ppo vs base: ppo better, p=0.03 (6 wins, 30 ties, 0 losses)"
+    assert st.verdict("ppo", "base", 6, 30, 0, raw, p_holm=adjusted) == (
+        "ppo vs base: no significant difference (Holm p=0.09, raw p=0.03; 6 wins, 30 ties, 0 losses)")
+    assert st.verdict("ppo", "base", 10, 5, 0, st.mcnemar_exact_p(10, 0), p_holm=2 * st.mcnemar_exact_p(10, 0)) == (
+        "ppo vs base: ppo better, Holm p=0.004 (raw p=0.002; 10 wins, 5 ties, 0 losses)")
+
+
+# -- the minimal detectable effect -----------------------------------------------------------------
+
+def simulated_power(n: int, effect: float, discordance: float, alpha: float, runs: int, seed: int) -> float:
+    """The share of simulated panels (each pair a win, loss or tie at mcnemar_power's rates) that
+    statsmodels' exact McNemar calls significant with more wins than losses."""
+    import numpy as np
+    from statsmodels.stats.contingency_tables import mcnemar
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(n, [discordance / 2 + effect, discordance / 2, 1 - discordance - effect], size=runs)
+    hits = 0
+    for wins, losses, ties in draws:
+        hits += wins > losses and mcnemar([[ties, losses], [wins, 0]], exact=True).pvalue < alpha
+    return hits / runs
+
+
+def test_power_is_exact_against_a_simulation_with_statsmodels():
+    for n, effect, disc in ((38, 0.31, 0.15), (38, 0.03, 0.15), (60, 0.2, 0.1), (24, 0.3, 0.0)):
+        exact = st.mcnemar_power(n, effect, disc, 0.05)
+        sim = simulated_power(n, effect, disc, 0.05, runs=4000, seed=n)
+        assert sim == pytest.approx(exact, abs=0.025), (n, effect, disc)
+    # hand-checkable: discordance 0, effect 1: every pair a win; 6 pairs reach p = 2/64 < 0.05, 5 cannot
+    assert st.mcnemar_power(6, 1.0, 0.0, 0.05) == pytest.approx(1.0)
+    assert st.mcnemar_power(5, 1.0, 0.0, 0.05) == 0.0
+    # discordance 0, n = 6: significant only when all 6 pairs are wins -> power = effect**6
+    assert st.mcnemar_power(6, 0.9, 0.0, 0.05) == pytest.approx(0.9 ** 6)
+    with pytest.raises(ValueError, match="discordance"):
+        st.mcnemar_power(10, 0.9, 0.2, 0.05)
+
+
+def test_original_38_task_panel_could_not_detect_a_3_point_gain():
+    """The original experiment's frozen test panel: 38 tasks, one sample each, alpha 0.05."""
+    mde = st.detectable_effects(38, alpha=0.05, power=0.8, discordance=0.15)
+    assert st.mcnemar_power(38, mde["effect"], 0.15, 0.05) == pytest.approx(0.8, abs=1e-6)
+    assert mde["effect"] > 0.25 and mde["effect_floor"] > 0.15  # ~31 and ~20 points
+    # a 3-point gain (about one task in 38) is detected in fewer than 1 panel in 20 ...
+    assert st.mcnemar_power(38, 0.03, 0.15, 0.05) < 0.05
+    # ... even if the policy never lost a pair the base solved
+    assert st.mcnemar_power(38, 0.03, 0.0, 0.05) < 0.05
+    # no discordance assumption lowers the effect below the floor, and more pairs detect less
+    for disc in (0.05, 0.15, 0.3, 0.6):
+        effect = st.minimal_detectable_effect(38, 0.05, 0.8, disc)
+        assert effect is None or effect >= mde["effect_floor"]  # None: not even the largest gain
+    assert st.minimal_detectable_effect(38, 0.05, 0.8, 0.6) is None  # 60% noise leaves at most 40 points
+    assert st.minimal_detectable_effect(500, 0.05, 0.8, 0.15) < 0.1 < mde["effect"]
+    sentence = st.detectable_effect_sentence(mde)
+    assert sentence.startswith("38 pairs, 80% power, alpha 0.05: the smallest gain the exact McNemar test detects is "
+                               f"{100 * mde['effect']:.1f} points (if 15% of pairs disagree without an effect; "
+                               f"{100 * mde['effect_floor']:.1f} points even if the policy never lost a pair)")
+    # Holm over 3 comparisons: the first step tests at alpha/3, so the panel detects less
+    three = st.detectable_effects(38, 0.05, 0.8, 0.15, comparisons=3)
+    assert three["effect_holm"] > three["effect"] == mde["effect"]
+    assert "at Holm's first step (alpha/3)" in st.detectable_effect_sentence(three)
+    # 5 pairs: p < 0.05 is out of reach whatever happens
+    few = st.detectable_effects(5, 0.05, 0.8, 0.15)
+    assert few["effect"] is None and few["effect_floor"] is None
+    assert "no gain is detectable" in st.detectable_effect_sentence(few)

@@ -14,7 +14,7 @@ import torch  # a dependency of forgeline: a missing one is a failure, not a ski
 from forgeline.agent.rollout import sample_seeds
 from forgeline import config
 from forgeline.config import Config
-from forgeline.evaluation import evaluate as ev, tables as tb
+from forgeline.evaluation import attribution as at, evaluate as ev, tables as tb
 from forgeline.policy import engine as engine_mod
 
 from embedded import PARAMS
@@ -70,7 +70,8 @@ def cfg(world) -> Config:
         "seed": 5, "repos": {"root": str(world["root"]), "pool": ["alpha", "beta"], "sft": [], "panel": []},
         "sandbox": {"backend": "process", "test_timeout_s": 60},
         "agent": {"max_steps": 2, "max_new_tokens": 8, "rollout": {"concurrency": 3, "seeding": "episode"}},
-        "evaluation": {"k": 1, "threads": 1}})
+        "evaluation": {"k": 1, "threads": 1, "panels": {"panel": [str(world["panel"])]},
+                       "gate": {"policy": "ppo", "against": "base", "panel": "panel"}}})
 
 
 def evaluate(world, policy, out, name=None, base=None, partial=None) -> list[dict]:
@@ -157,10 +158,11 @@ def test_evaluate_resumes_an_interrupted_record(world, evaluated):
 def test_tables_from_two_results_files(world, evaluated):
     d = evaluated["dir"]
     out = world["tmp"] / "tables"
-    tb.run(cfg(world), argparse.Namespace(results=[str(d / "ppo.jsonl"), str(d / "base.jsonl")], base=None,
-                                          out_dir=str(out), manifest=None))
+    tb.run(cfg(world), argparse.Namespace(results=[str(d / "ppo.jsonl"), str(d / "base.jsonl")],
+                                          episodes=[str(d / "base.episodes.jsonl"), str(d / "ppo.episodes.jsonl")],
+                                          base=None, out_dir=str(out), manifest=None))
     m = json.loads((out / "metrics.json").read_text())
-    assert set(m) == {"panel"} and set(m["panel"]) == {"base", "ppo", "ppo_vs_base"}
+    assert set(m) == {"panel"} and set(m["panel"]) == {"base", "ppo", "ppo_vs_base", "mde", "gate"}
     assert m["panel"]["base"]["n"] == 3 and m["panel"]["base"]["resolved"] == 0
     assert m["panel"]["base"]["success_rate"] == 0.0 and m["panel"]["base"]["ci_low"] == 0.0
     c = m["panel"]["ppo_vs_base"]
@@ -172,6 +174,15 @@ def test_tables_from_two_results_files(world, evaluated):
     md = (out / "tables.md").read_text()
     assert "**Verdict:** ppo vs base: no significant difference (p=1.00; 0 wins, 3 ties, 0 losses)." in md
     assert "| base | 0/3 | 0.0 |" in md and "Per task" not in md  # one seed per task: the rows are the tasks
+    assert "**Detectable effect:** 3 pairs, 80% power, alpha 0.05: no gain is detectable" in md
+    assert md.startswith("# Paired evaluation\n\n**Decision: stop.** stop: ppo is not significantly better than base")
+    # the classes from the real episode records: each episode ended one way, as its record says
+    episodes = {p: [json.loads(x) for x in (d / f"{p}.episodes.jsonl").read_text().splitlines()] for p in ("base", "ppo")}
+    for policy in ("base", "ppo"):
+        expected = {c: 0 for c in at.OUTCOME_CLASSES}
+        for e in episodes[policy]:
+            expected[at.outcome_class(e)] += 1
+        assert m["panel"][policy]["outcomes"] == expected and sum(expected.values()) == 3
     csv_lines = (out / "tables.csv").read_text().splitlines()
     assert csv_lines[0].startswith("panel,policy,base,n,resolved") and len(csv_lines) == 3
     full = json.loads((out / "tables.json").read_text())
@@ -186,22 +197,22 @@ def test_tables_refuse_unpaired_results_and_name_the_file(world, evaluated):
     short = world["tmp"] / "ppo_missing_task.jsonl"
     short.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
     args = argparse.Namespace(results=[str(d / "base.jsonl"), str(short)], base=None,
-                              out_dir=str(world["tmp"] / "bad"), manifest=None)
+                              episodes=[], out_dir=str(world["tmp"] / "bad"), manifest=None)
     with pytest.raises(tb.PairingError, match=r"ppo_missing_task\.jsonl.*not evaluated on the same tasks and seeds"):
         tb.run(cfg(world), args)
     reseeded = world["tmp"] / "ppo_other_seed.jsonl"
     reseeded.write_text("".join(json.dumps({**r, "seed": r["seed"] + 1}) + "\n" for r in rows))
     with pytest.raises(tb.PairingError, match="ppo_other_seed"):
         tb.run(cfg(world), argparse.Namespace(results=[str(d / "base.jsonl"), str(reseeded)], base=None,
-                                              out_dir=str(world["tmp"] / "bad"), manifest=None))
+                                              episodes=[], out_dir=str(world["tmp"] / "bad"), manifest=None))
     other_cfg = world["tmp"] / "ppo_other_config.jsonl"
     other_cfg.write_text("".join(json.dumps({**r, "config_digest": "0" * 16}) + "\n" for r in rows))
     with pytest.raises(tb.PairingError, match="different agent configs"):
         tb.run(cfg(world), argparse.Namespace(results=[str(d / "base.jsonl"), str(other_cfg)], base=None,
-                                              out_dir=str(world["tmp"] / "bad"), manifest=None))
+                                              episodes=[], out_dir=str(world["tmp"] / "bad"), manifest=None))
     with pytest.raises(tb.PairingError, match="no results of the base policy 'sft'"):
         tb.run(cfg(world), argparse.Namespace(results=[str(d / "base.jsonl")], base="sft",
-                                              out_dir=str(world["tmp"] / "bad"), manifest=None))
+                                              episodes=[], out_dir=str(world["tmp"] / "bad"), manifest=None))
     assert not (world["tmp"] / "bad").exists()  # nothing written on an error
 
 
@@ -209,7 +220,7 @@ def test_tables_refuse_unpaired_results_and_name_the_file(world, evaluated):
 
 def rows_for(policy, panel, outcomes, steps=3, tokens=1000):
     return [{"policy": policy, "panel": panel, "instance_id": f"t{i:03d}", "seed": 7, "resolved": bool(r),
-             "steps": steps, "input_tokens": tokens, "output_tokens": 10, "wall_s": 2.0, "config_digest": "c"}
+             "outcome": "resolved" if r else "failed", "steps": steps, "input_tokens": tokens, "output_tokens": 10, "wall_s": 2.0, "config_digest": "c"}
             for i, r in enumerate(outcomes)]
 
 
@@ -227,12 +238,12 @@ def test_panel_table_known_counts():
     t = tables["test"]
     assert t["policies"]["base"]["resolved"] == 8 and t["policies"]["ppo"]["resolved"] == 8
     assert t["policies"]["ppo"]["steps_ratio"] == 2.0 and t["policies"]["ppo"]["input_tokens_ratio"] == 0.85
-    c = t["comparisons"]["ppo"]
+    c = t["comparisons"]["ppo_vs_base"]
     assert (c["wins"], c["ties"], c["losses"], c["mcnemar_p"]) == (3, 32, 3, 1.0)
     assert t["verdict"] == "ppo vs base: no significant difference (p=1.00; 3 wins, 32 ties, 3 losses)"
-    c = tables["panel"]["comparisons"]["ppo"]
+    c = tables["panel"]["comparisons"]["ppo_vs_base"]
     assert (c["wins"], c["ties"], c["losses"], c["mcnemar_p"]) == (2, 23, 2, 1.0)
-    c = tables["wide"]["comparisons"]["ppo"]
+    c = tables["wide"]["comparisons"]["ppo_vs_base"]
     assert (c["wins"], c["losses"], c["mcnemar_p"], c["significant"]) == (10, 0, pytest.approx(0.001953125), True)
     assert tables["wide"]["verdict"] == "ppo vs base: ppo better, p=0.002 (10 wins, 5 ties, 0 losses)"
     m = tb.metrics(tables)
@@ -251,14 +262,14 @@ def test_panel_with_several_seeds_is_judged_on_its_tasks_and_over_tasks():
                 for r in rows_for(policy, "train", [resolved])]
     grouped, sources = tb.group_results({"a.jsonl": rows("base", 0), "b.jsonl": rows("ppo", 1)})
     t = tb.paired_tables(grouped, "base", sources)["train"]
-    c = t["comparisons"]["ppo"]
+    c = t["comparisons"]["ppo_vs_base"]
     assert (c["wins"], c["losses"], c["task_up"], c["task_p"]) == (24, 0, 3, 0.25)
     assert c["mcnemar_p"] < 1e-6 and c["significant"] is True and c["task_significant"] is False
     assert t["verdict"].startswith("ppo vs base on these 3 tasks (McNemar over 24 pairs): ppo better, p<0.001")
     assert t["verdict"].endswith("over tasks as a sample (task-level sign flip): no significant difference "
                                  "(p=0.25; 3 up, 0 same, 0 down)")
     md = tb.markdown({"train": t})
-    assert "| 24 / 0 / 0 | 1.2e-07 | 3 / 0 / 0 | 0.2500 |" in md
+    assert "| ppo vs base | 24 / 0 / 0 | 1.2e-07 | 1.2e-07 | 3 / 0 / 0 | 0.2500 | 0.2500 |" in md
     # where the wins come from: every task, 8 of 8 seeds
     assert [(r["instance_id"], r["seeds"], r["base"], r["ppo"]) for r in t["per_task"]] == \
         [("t0", 8, 0, 8), ("t1", 8, 0, 8), ("t2", 8, 0, 8)]

@@ -253,7 +253,8 @@ def test_stage_writes_an_adapter_log_plots_and_manifest(world, uninterrupted):
         assert r["episodes"] == 6 and r["kept"] + sum(r["drops"].values()) == 6
         assert r["groups"] == 2 and 0 <= r["groups_dropped"] <= 2
         assert (r["trained"] == 0) == (r["groups_dropped"] == 2) == (r["kl"] is None)
-        assert set(r) >= {"success_rate", "reward_mean", "kl", "clip_frac", "policy_loss", "tokens", "time"}
+        assert set(r) >= {"success_rate", "reward_mean", "kl", "clip_frac", "policy_loss", "tokens", "time", "solved"}
+        assert sum(r["solved"].values()) == round(r["success_rate"] * r["episodes"])
     # the random tiny policy's episodes differ in their process rewards: some group trains
     assert any(r["trained"] > 0 for r in rows), rows
     manifest = json.loads((out / "manifest.json").read_text())

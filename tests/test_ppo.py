@@ -191,11 +191,13 @@ def test_stage_writes_a_loadable_adapter_log_and_summary(world, uninterrupted):
     assert conf["target_modules"] == sorted(tiny.LORA_TARGET_MODULES)
     rows = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     keys = {"step", "reward_mean", "success_rate", "kl", "clip_frac", "value_loss", "ev", "entropy",
-            "policy_loss", "drops", "episodes", "kept", "tokens", "wall_s", "time"}
+            "policy_loss", "drops", "solved", "episodes", "kept", "tokens", "wall_s", "time"}
     assert [r["step"] for r in rows] == [1, 2] and all(set(r) == keys for r in rows)
     assert all(set(r["drops"]) == set(ppo.GATES) and set(r["time"]) == {"generation", "sandbox", "critic", "actor"}
                for r in rows)
     assert all(r["episodes"] == 4 and r["kept"] + sum(r["drops"].values()) == 4 for r in rows)
+    # the tasks that carried the successes: as many as success_rate counts, each a task of the pool
+    assert all(sum(r["solved"].values()) == round(r["success_rate"] * r["episodes"]) for r in rows)
     assert rows[0]["kept"] > 0 and rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1 IS the base policy
     summary = json.loads((out / "checkpoint-summary.json").read_text())
     assert summary["step"] == 2 and summary["tensors"] == 2 * 7 * 2  # A and B of 7 modules x 2 layers

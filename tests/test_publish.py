@@ -63,7 +63,7 @@ def write_params(project: Path, hub: dict | None = None) -> Path:
 
 def eval_rows(policy: str, panel: str, outcomes: dict[tuple[str, int], bool]) -> list[dict]:
     return [{"policy": policy, "panel": panel, "instance_id": iid, "repo": iid.split("__")[-1].split(".")[0],
-             "seed": seed, "resolved": ok, "steps": 3, "input_tokens": 900 + 10 * ok, "output_tokens": 10,
+             "seed": seed, "resolved": ok, "outcome": "resolved" if ok else "failed", "steps": 3, "input_tokens": 900 + 10 * ok, "output_tokens": 10,
              "wall_s": 1.0, "config_digest": "c"} for (iid, seed), ok in sorted(outcomes.items())]
 
 
@@ -189,10 +189,10 @@ def test_card_parses_and_its_numbers_equal_the_artifacts(project: Path):
         p = mcnemar_exact_p(wins, losses)
         row = next(line for line in text.splitlines() if line.startswith(f"| ppo | {sum(ppo.values())}/{len(ppo)} |"))
         assert f"| {wins} / {len(base) - wins - losses} / {losses} | {p:.4f} |" in row, row
-        verdict = tables[panel]["comparisons"]["ppo"]["verdict"]
+        verdict = tables[panel]["comparisons"]["ppo_vs_base"]["verdict"]
         assert f"**Verdict:** {verdict}." in text  # the tables' sentence, exactly
-    assert "no significant difference" in tables["train"]["comparisons"]["ppo"]["verdict"]  # the null result
-    assert tables["test"]["comparisons"]["ppo"]["significant"]
+    assert "no significant difference" in tables["train"]["comparisons"]["ppo_vs_base"]["verdict"]  # the null result
+    assert tables["test"]["comparisons"]["ppo_vs_base"]["significant"]
     claims = text.split("## What this card does not claim", 1)[1].split("##", 1)[0]
     assert "on panel `train`: the paired test found no significant difference there" in claims
     assert "those are the tasks PPO trained on" in claims and "panel `test`: the paired" not in claims
@@ -200,7 +200,7 @@ def test_card_parses_and_its_numbers_equal_the_artifacts(project: Path):
     assert publish_stage.PPO_STAGE == PPO_STAGE  # the stage reads ppo's manifests by that name
     manifest = json.loads((project / "results/publish/adapter.manifest.json").read_text())
     assert manifest["stage"] == "publish-adapter" and manifest["outputs"][0]["path"] == OUT
-    assert manifest["notes"]["verdicts"]["train"] == tables["train"]["comparisons"]["ppo"]["verdict"]
+    assert manifest["notes"]["verdicts"]["train"] == tables["train"]["comparisons"]["ppo_vs_base"]["verdict"]
 
 
 def test_the_card_is_a_function_of_the_artifacts(project: Path, copy: Path):

@@ -11,6 +11,7 @@ import pytest
 
 from forgeline.agent import difficulty as df
 from forgeline.config import Config
+from forgeline.params import EvalGateConfig
 from forgeline.evaluation import report as rp, tables as tb
 from forgeline.provenance import Manifest, write_json
 from forgeline.tasks import funnel as fn, split as sp
@@ -119,20 +120,28 @@ def _inputs(tmp: Path) -> dict[str, object]:
         "kl": 0.01 * s if s else None, "clip_frac": 0.02 if s else None, "value_loss": 0.3 if s else None,
         "ev": 0.05 * s if s else None, "entropy": 1.2 if s else None, "policy_loss": -0.01 if s else None,
         "drops": {"alignment": s % 2, "outcome": 1} if s else {"alignment": 16, "outcome": 0},
-        "episodes": 16, "kept": 15 if s else 0, "tokens": 4000 if s else 0,
+        "solved": {"alpha.1": s} if s else {}, "episodes": 16, "kept": 15 if s else 0, "tokens": 4000 if s else 0,
         "wall_s": 12.5, "time": {"generation": 8.0, "sandbox": 2.0, "critic": 1.0, "actor": 1.5}}) + "\n"
         for s in range(5)))
+    # GRPO's log: 3 successes a step, 2 of them on alpha.2
+    (tmp / "grpo_log.jsonl").write_text("".join(json.dumps({
+        "step": s, "success_rate": 3 / 8, "episodes": 8, "solved": {"alpha.2": 2, "beta.1": 1}}) + "\n"
+        for s in range(1, 5)))
     # tables: the original experiment's 3 / 32 / 3 on the test panel
     base = [0] * 3 + [1] * 3 + [1] * 5 + [0] * 27
     ppo = [1] * 3 + [0] * 3 + [1] * 5 + [0] * 27
 
     def rows(policy, outcomes):
         return [{"policy": policy, "panel": "test", "instance_id": f"t{i:03d}", "seed": 7, "resolved": bool(r),
-                 "steps": 3, "input_tokens": 900, "output_tokens": 10, "wall_s": 2.0} for i, r in enumerate(outcomes)]
+                 "outcome": "resolved" if r else ("timeout" if policy == "base" and i < 3 else "failed"), "steps": 3, "input_tokens": 900, "output_tokens": 10, "wall_s": 2.0} for i, r in enumerate(outcomes)]
     grouped, sources = tb.group_results({"base.jsonl": rows("base", base), "ppo.jsonl": rows("ppo", ppo)})
     tables = tb.paired_tables(grouped, "base", sources)
-    write_json(tmp / "metrics.json", tb.metrics(tables))
-    (tmp / "tables.md").write_text(tb.markdown(tables))
+    gate = tb.gate_decision(tables, EvalGateConfig(policy="ppo", against="base", panel="test", unit="pair",
+                                                   continue_if="better"), 0.05)
+    tables["test"]["gate"] = gate
+    write_json(tmp / "metrics.json", tb.metrics(tables, gate))
+    write_json(tmp / "tables.json", tables)
+    (tmp / "tables.md").write_text(tb.markdown(tables, gate=gate))
     m = Manifest(stage="split")
     m.write(tmp / "split.manifest.json", outputs=[tmp / "split.json"])
     Manifest(stage="funnel").write(tmp / "funnel.manifest.json", outputs=[tmp / "funnel.json"])
@@ -140,6 +149,7 @@ def _inputs(tmp: Path) -> dict[str, object]:
             "images": [str(tmp / "alpha.image.json")], "difficulty": [str(tmp / "difficulty.json")],
             "copy_curve": str(tmp / "copy_curve.json"), "sft_curve": str(tmp / "loss_curve.json"),
             "critic": str(tmp / "critic.json"), "ppo_log": str(tmp / "train_log.jsonl"),
+            "grpo_log": str(tmp / "grpo_log.jsonl"), "tables_json": str(tmp / "tables.json"),
             "metrics": str(tmp / "metrics.json"), "tables_md": str(tmp / "tables.md"),
             "manifests": [str(tmp / "split.manifest.json"), str(tmp / "funnel.manifest.json")]}
 
@@ -159,7 +169,7 @@ def normalized_page(page: str, inputs: Path) -> str:
 
 def _args(out: Path, **given) -> argparse.Namespace:
     base = {"out_dir": str(out), "title": "forgeline evidence report", "dag": None, "funnel": None, "split": None,
-            "images": [], "difficulty": [], "copy_curve": None, "sft_curve": None, "critic": None, "ppo_log": None, "metrics": None, "tables_md": None,
+            "images": [], "difficulty": [], "copy_curve": None, "sft_curve": None, "critic": None, "ppo_log": None, "grpo_log": None, "metrics": None, "tables_md": None, "tables_json": None,
             "manifests": [], "manifest": None}
     return argparse.Namespace(**{**base, **given})
 
@@ -169,13 +179,23 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     out = tmp_path / "report"
     rp.run(Config(data={}), _args(out, **inputs))
     page = (out / "report.html").read_text()
-    for anchor in ("result", "tables", "dag", "funnel", "split", "images", "base", "difficulty", "critic", "ppo",
-                   "artifacts"):
+    for anchor in ("result", "tables", "attribution", "dag", "funnel", "split", "images", "base", "difficulty",
+                   "critic", "ppo", "artifacts"):
         assert f'<section id="{anchor}">' in page
     assert "Not part of this build" not in page
     # the result stated plainly, as the tables say it
     assert "ppo vs base: no significant difference (p=1.00; 3 wins, 32 ties, 3 losses)." in page
     assert "base resolved 8/38 (21.1%, 95% CI" in page
+    # the gate's decision on top, and what the 38 pairs could detect before the panel's numbers
+    assert page.index("<b>Decision: stop.</b> stop: ppo is not significantly better than base on panel test") \
+        < page.index("Detectable effect:</i> 38 pairs, 80% power, alpha 0.05: the smallest gain") \
+        < page.index("base resolved 8/38")
+    # failure attribution: the classes per policy, the transitions, the training successes
+    assert "ppo training: 10 successes in 80 episodes over 1 task; the top task (alpha.1) carries 10 (100%)." in page
+    assert "grpo training: 12 successes in 32 episodes over 2 tasks; the top task (alpha.2) carries 8 (67%)." in page
+    outcomes_csv = (out / "outcomes.csv").read_text().splitlines()
+    assert outcomes_csv[0] == "panel,policy,class,episodes,share" and len(outcomes_csv) == 1 + 2 * 7
+    assert "test,base,timeout,3,0.078947" in outcomes_csv and "test,ppo,solved,8,0.210526" in outcomes_csv
     # the digests and hashes of the inputs are on the page
     split = json.loads(Path(inputs["split"]).read_text())
     assert split["digest"] in page and "2" * 64 in page
@@ -185,7 +205,7 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     assert "<code>ingest</code> &rarr; <code>funnel</code>" in page
     assert (out / "dag.svg").exists() or (out / "dag.png").read_bytes().startswith(b"\x89PNG")
     # plots as files, CSVs for dvc plots, captions for snakemake --report
-    for name in ("success", "funnel", "copy_curve", "sft_curve", "difficulty", "critic_curve", "ppo_curve"):
+    for name in ("success", "outcomes", "funnel", "copy_curve", "sft_curve", "difficulty", "critic_curve", "ppo_curve"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert (out / f"{name}.rst").read_text().strip()
         assert len((out / f"{name}.csv").read_text().splitlines()) >= 2
@@ -206,7 +226,7 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     funnel_csv = (out / "funnel.csv").read_text()
     assert "candidates,33" in funnel_csv and "pool,16" in funnel_csv and "validate: nop,3" in funnel_csv
     # self-contained: every picture inline, nothing fetched from elsewhere
-    assert page.count('src="data:image/png;base64,') >= 7
+    assert page.count('src="data:image/png;base64,') >= 8
     assert "http://" not in page.replace('xmlns="http://', "") and "https://" not in page
     man = json.loads((out / "manifest.json").read_text())
     assert man["stage"] == "evaluation.report" and any(o["path"].endswith("report.html") for o in man["outputs"])
@@ -224,8 +244,8 @@ def test_report_with_few_inputs_says_what_is_missing(tmp_path):
     out = tmp_path / "partial"
     rp.run(Config(data={}), _args(out, metrics=inputs["metrics"], split=inputs["split"]))
     page = (out / "report.html").read_text()
-    assert ("Not part of this build: DAG, task funnel, images, copy pre-training curve, SFT loss curve, difficulty, "
-            "critic metrics, PPO log, artifact manifests.") in page
+    assert ("Not part of this build: failure attribution, PPO log, GRPO log, DAG, task funnel, images, copy "
+            "pre-training curve, SFT loss curve, difficulty, critic metrics, artifact manifests.") in page
     assert '<section id="base">' not in page
     assert "no significant difference (p=1.00" in page
     assert not (out / "ppo_curve.png").exists() and (out / "success.png").exists()

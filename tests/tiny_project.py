@@ -93,6 +93,7 @@ def make_project(dest: Path) -> Path:
     params["train"]["grpo"].update(steps=1, tasks_per_step=1, group_size=2, threads=1)
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
                                         "heldout": ["results/validated/epsilon.jsonl"]}, threads=1)
+    params["evaluation"]["gate"]["panel"] = "test"  # the tiny project has no train panel
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return dest
 

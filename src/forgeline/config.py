@@ -118,6 +118,8 @@ def _value(tp: Any, value: Any, where: str) -> Any:
         return build(tp, value, where)
     if typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1]):
         return {k: build(typing.get_args(tp)[1], v, f"{where}.{k}") for k, v in value.items()}
+    if typing.get_origin(tp) is list and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+        return [build(typing.get_args(tp)[0], v, f"{where}.{i}") for i, v in enumerate(value)]
     return copy.deepcopy(value)
 
 

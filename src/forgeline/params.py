@@ -777,6 +777,46 @@ class EvalPolicyConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EvalPairConfig:
+    """`evaluation.pairs[i]`: one more paired comparison, besides every policy against the base."""
+
+    policy: str
+    """the policy judged (a key of policies)"""
+    against: str
+    """the policy it is compared with (a key of policies)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalPowerConfig:
+    """`evaluation.power`: each panel's minimal detectable effect, stated before its numbers."""
+
+    level: float = spec(gt=0, lt=1)
+    """the power at which a gain counts as detectable"""
+    discordance: float = spec(ge=0, lt=1)
+    """the share of pairs two equally good policies disagree on (the effect's noise floor)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalGateConfig:
+    """`evaluation.gate`: the continue/stop decision taken from one reported comparison."""
+
+    policy: str
+    """the policy the decision is about (a key of policies)"""
+    against: str
+    """what it must beat: the base, or the other side of a configured pair"""
+    panel: str
+    """the panel the comparison is read on (a key of panels)"""
+    unit: Literal["pair", "task"]
+    """pair: McNemar over (task, seed) pairs (on these tasks) | task: the task-level sign flip (over tasks)"""
+    continue_if: Literal["better", "not_worse"]
+    """better: significantly better (Holm-adjusted p < alpha) | not_worse: not significantly worse"""
+
+
+# names the tables give a panel's own entries beside its policies (metrics.json)
+RESERVED_POLICY_NAMES = ("mde", "gate")
+
+
+@dataclass(frozen=True, kw_only=True)
 class EvaluationConfig:
     """`evaluation`: paired runs, every policy on every panel with the same tasks, config and seeds."""
 
@@ -800,9 +840,43 @@ class EvaluationConfig:
     """torch threads of the hf engine"""
     dtype: Literal["float32", "bfloat16", "float16"]
     """weights dtype of the hf engine"""
+    pairs: list[EvalPairConfig]
+    """comparisons besides every policy against the base (e.g. grpo against ppo)"""
+    power: EvalPowerConfig
+    gate: EvalGateConfig | None
+    """the continue/stop rule (null: no decision is taken)"""
+
+    def comparisons(self) -> list[tuple[str, str]]:
+        """(policy, against) of every comparison the tables report: each policy against the base,
+        then the configured pairs."""
+        return [(p, self.base) for p in sorted(self.policies) if p != self.base] + \
+            [(x.policy, x.against) for x in self.pairs]
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
+        names = sorted(self.policies)
+        for name in names:
+            if name in RESERVED_POLICY_NAMES or "_vs_" in name:
+                out.append(("policies", f"{name!r}: a policy may not be named {', '.join(RESERVED_POLICY_NAMES)} "
+                                        f"or contain '_vs_' (the tables' own keys); rename it"))
+        for i, pair in enumerate(self.pairs):
+            for side in (pair.policy, pair.against):
+                if side not in self.policies:
+                    out.append((f"pairs.{i}", f"{side!r} is not a key of evaluation.policies ({', '.join(names)})"))
+            if pair.policy == pair.against:
+                out.append((f"pairs.{i}", f"{pair.policy} against itself"))
+        pairs = self.comparisons()
+        for i, pair in enumerate(pairs):
+            if pair in pairs[:i] or pair[::-1] in pairs[:i]:
+                out.append(("pairs", f"{pair[0]} against {pair[1]} is reported twice (every policy is compared "
+                                     f"with the base, {self.base}, already); drop it from evaluation.pairs"))
+        if self.gate is not None:
+            g = self.gate
+            if (g.policy, g.against) not in pairs:
+                out.append(("gate", f"{g.policy} against {g.against} is not a reported comparison "
+                                    f"({', '.join(f'{a} against {b}' for a, b in pairs)}); add it to evaluation.pairs"))
+            if g.panel not in self.panels:
+                out.append(("gate.panel", f"{g.panel!r} is not a key of evaluation.panels ({', '.join(sorted(self.panels))})"))
         if self.seeds is not None and len(self.seeds) != self.k:
             out.append(("seeds", f"{len(self.seeds)} seeds for k={self.k}"))
         for panel, k in sorted(self.k_per_panel.items()):

@@ -172,6 +172,32 @@ def plot_success(rows: Sequence[Mapping[str, Any]]):
     return fig
 
 
+# one colour per outcome class (attribution.OUTCOME_CLASSES), solved first and green
+OUTCOME_COLOURS = ("#228833", "#ee6677", "#aa3377", "#ccbb44", "#66ccee", "#4477aa", "#bbbbbb")
+
+
+def plot_outcomes(rows: Sequence[Mapping[str, Any]], classes: Sequence[str]):
+    """How episodes ended: one stacked bar per (panel, policy), a segment per outcome class
+    (its share of the episodes); rows from report.outcome_rows."""
+    plt = _plt()
+    bars = list(dict.fromkeys((r["panel"], r["policy"]) for r in rows))
+    share = {(r["panel"], r["policy"], r["class"]): r["share"] for r in rows}
+    fig, ax = plt.subplots(figsize=(8, max(2.2, 0.45 * len(bars) + 1.2)))
+    left = [0.0] * len(bars)
+    for cls, colour in zip(classes, OUTCOME_COLOURS):
+        widths = [100 * share.get((panel, policy, cls), 0.0) for panel, policy in bars]
+        ax.barh(range(len(bars)), widths, left=left, color=colour, label=cls.replace("_", " "))
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(range(len(bars)), [f"{panel}: {policy}" for panel, policy in bars])
+    ax.set_ylim(len(bars) - 0.4, -0.6)  # first bar on top
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("episodes (%)")
+    ax.set_title("how the episodes ended")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the bars, never over them
+    fig.tight_layout()
+    return fig
+
+
 def graphviz_svg(dot_text: str) -> str | None:
     """The DOT text drawn by graphviz as SVG, or None when `dot` is not installed or fails."""
     exe = shutil.which("dot")

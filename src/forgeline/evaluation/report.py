@@ -1,8 +1,10 @@
 """Stage `report`: one self-contained HTML evidence page from whatever artifacts exist.
 
 Every input is optional; a section whose input was not given is listed as "not part of this
-build". Sections, in order: the result (the paired tables' verdicts, stated plainly), the
-paired tables, the DAG (`snakemake --rulegraph` DOT: drawn by graphviz `dot` when it is on
+build". Sections, in order: the result (the gate's decision, then per panel its minimal
+detectable effect before the verdicts, stated plainly), the paired tables, the failure
+attribution (outcome classes per policy and panel, the transitions of each comparison, and how
+concentrated the PPO / GRPO training successes were), the DAG (`snakemake --rulegraph` DOT: drawn by graphviz `dot` when it is on
 PATH, else by matplotlib in layers; the edges are always listed), the task funnel, the split
 digest, the image digests, the base policy (copy pre-training and SFT curves of the tiny
 model), the difficulty (pass@k) histogram, the critic curves, the PPO curves, and the sha256 of
@@ -29,8 +31,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from forgeline.evaluation.attribution import (FAILURE_CLASSES, OUTCOME_CLASSES, concentration_sentence,
+                                              training_concentration)
 from forgeline.evaluation.charts import (graphviz_svg, plot_copy_curve, plot_critic, plot_dag, plot_difficulty,
-                                         plot_funnel, plot_ppo, plot_sft_curve, plot_success, png_bytes)
+                                         plot_funnel, plot_outcomes, plot_ppo, plot_sft_curve, plot_success,
+                                         png_bytes)
 from forgeline.evaluation.stats import format_p, verdict
 from forgeline.provenance import Manifest, atomic_path, read_jsonl, write_text
 
@@ -194,6 +199,19 @@ def artifact_rows(manifests: Mapping[str, Mapping[str, Any]]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["path"], r["manifest"]))
 
 
+PANEL_KEYS = ("mde", "gate")  # a panel's own entries in metrics.json (forgeline.params.RESERVED_POLICY_NAMES)
+
+
+def metrics_policies(panel: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """{policy: row} of one panel of a tables metrics.json."""
+    return {n: r for n, r in panel.items() if "_vs_" not in n and n not in PANEL_KEYS}
+
+
+def metrics_comparisons(panel: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """{"<policy>_vs_<against>": numbers} of one panel of a tables metrics.json."""
+    return {n: c for n, c in panel.items() if "_vs_" in n}
+
+
 def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
     """{panel: [sentence]} from a tables metrics.json: each policy's success (k/n, %, CI) and
     each comparison's verdict (the same sentence as tables.md, from stats.verdict)."""
@@ -201,18 +219,18 @@ def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, lis
     for panel in sorted(metrics):
         m = metrics[panel]
         lines = []
-        for name, row in m.items():
-            if "_vs_" not in name:
-                lines.append(f"{name} resolved {row['resolved']}/{row['n']} "
-                             f"({100 * row['success_rate']:.1f}%, {row.get('confidence', 0.95):.0%} CI "
-                             f"{100 * row['ci_low']:.1f}-{100 * row['ci_high']:.1f}%)")
-        for name, c in m.items():
-            if "_vs_" in name:
-                other, base = name.split("_vs_", 1)
-                task = {k[len("task_"):]: v for k, v in c.items()
-                        if k.startswith("task_") and k != "task_significant"} or None
-                lines.append(verdict(other, base, c["wins"], c["ties"], c["losses"], c["mcnemar_p"],
-                                     c.get("alpha", 0.05), task))
+        for name, row in metrics_policies(m).items():
+            lines.append(f"{name} resolved {row['resolved']}/{row['n']} "
+                         f"({100 * row['success_rate']:.1f}%, {row.get('confidence', 0.95):.0%} CI "
+                         f"{100 * row['ci_low']:.1f}-{100 * row['ci_high']:.1f}%)")
+        for name, c in metrics_comparisons(m).items():
+            other, base = name.split("_vs_", 1)
+            task = {k[len("task_"):]: v for k, v in c.items()
+                    if k.startswith("task_") and k not in ("task_significant", "task_p_holm")} or None
+            several = c.get("holm_m", 1) > 1  # the verdict names Holm only where it adjusted anything
+            lines.append(verdict(other, base, c["wins"], c["ties"], c["losses"], c["mcnemar_p"],
+                                 c.get("alpha", 0.05), task, c.get("mcnemar_p_holm") if several else None,
+                                 c.get("task_p_holm") if several else None))
         out[panel] = lines
     return out
 
@@ -220,7 +238,34 @@ def result_statements(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, lis
 def success_rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
     """[{panel, policy, n, resolved, success_rate, ci_low, ci_high}] of a tables metrics.json."""
     return [{"panel": panel, "policy": name, **{k: row[k] for k in ("n", "resolved", "success_rate", "ci_low", "ci_high")}}
-            for panel in sorted(metrics) for name, row in metrics[panel].items() if "_vs_" not in name]
+            for panel in sorted(metrics) for name, row in metrics_policies(metrics[panel]).items()]
+
+
+def outcome_rows(tables: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """[{panel, policy, class, episodes, share}] of a tables.json: how each policy's episodes
+    ended on each panel (every class of attribution.OUTCOME_CLASSES, 0 included)."""
+    rows = []
+    for panel in sorted(tables):
+        for policy, r in tables[panel]["policies"].items():
+            total = sum(r["outcomes"].values())
+            rows += [{"panel": panel, "policy": policy, "class": c, "episodes": r["outcomes"][c],
+                      "share": round(r["outcomes"][c] / total, 6) if total else 0.0} for c in OUTCOME_CLASSES]
+    return rows
+
+
+def transition_rows(table: Mapping[str, Any]) -> list[dict]:
+    """[{failure, <comparison> wins, <comparison> losses, ...}] of one panel of a tables.json:
+    per failure class, the pairs the reference failed that way and the other solved (wins), and
+    the pairs the reference solved and the other failed that way (losses)."""
+    rows = []
+    for f in FAILURE_CLASSES:
+        row: dict[str, Any] = {"failure": f}
+        for c in table["comparisons"].values():
+            name = f"{c['policy']} vs {c['against']}"
+            row[f"{name}: wins"] = c["transitions"]["wins_from"][f]
+            row[f"{name}: losses"] = c["transitions"]["losses_to"][f]
+        rows.append(row)
+    return rows
 
 
 def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -294,6 +339,9 @@ CAPTIONS = {
                  f"optimizer step and its {SFT_MEAN_STEPS}-step moving mean.",
     "critic_curve": "Critic training: value MSE and explained variance per epoch on train and validation "
                     "episodes; the dashed line is the chosen epoch, the dotted one the mean-return baseline.",
+    "outcomes": "How the episodes ended, per panel and policy: the share of each outcome class (solved, wrong "
+                "fix, invalid call, step limit, timeout, context exceeded, sandbox error; "
+                "forgeline.evaluation.attribution).",
     "ppo_curve": "PPO training per step: mean reward, success rate, KL to the reference policy, the critic's "
                  "explained variance, the clip fraction and the episodes dropped by each gate.",
 }
@@ -312,7 +360,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sft-curve", help="loss_curve.json of sft (the tiny base policy's SFT)")
     parser.add_argument("--critic", help="the critic's metrics.json")
     parser.add_argument("--ppo-log", help="PPO train_log.jsonl")
+    parser.add_argument("--grpo-log", help="GRPO train_log.jsonl (with PPO's: where the training successes came from)")
     parser.add_argument("--metrics", help="metrics.json of the tables stage")
+    parser.add_argument("--tables-json", help="tables.json of the tables stage (detectable effects, failure "
+                                              "attribution, the gate's decision)")
     parser.add_argument("--tables-md", help="tables.md of the tables stage (shown as is)")
     parser.add_argument("--manifests", nargs="*", default=[], help="manifests whose outputs get a sha256 row")
     parser.add_argument("--manifest", help="manifest path (default: OUT_DIR/manifest.json)")
@@ -368,24 +419,35 @@ class Report:
 
 POLICY_COLUMNS = ("policy", "resolved", "n", "success_rate", "ci_low", "ci_high", "mean_input_tokens",
                   "input_tokens_ratio", "mean_steps", "steps_ratio", "mean_wall_s", "wall_s_ratio")
-COMPARISON_COLUMNS = ("comparison", "wins", "ties", "losses", "mcnemar_p", "task_up", "task_same", "task_down",
-                      "task_p", "significant", "task_significant")
+COMPARISON_COLUMNS = ("comparison", "wins", "ties", "losses", "mcnemar_p", "mcnemar_p_holm", "task_up", "task_same",
+                      "task_down", "task_p", "task_p_holm", "significant", "task_significant", "input_tokens_ratio",
+                      "steps_ratio", "wall_s_ratio")
+OUTCOME_COLUMNS = ("panel", "policy", "class", "episodes", "share")
+CONCENTRATION_COLUMNS = ("run", "steps", "episodes", "successes", "tasks_solved", "top_task", "top_successes",
+                         "top_share")
 SUCCESS_COLUMNS = ("panel", "policy", "n", "resolved", "success_rate", "ci_low", "ci_high")
 TESTS_NOTE = ("<p>McNemar p: exact two-sided binomial test on the discordant pairs; `significant` "
               "answers the question on this panel's tasks. With several seeds per task, task_p asks "
               "whether the difference carries over to tasks as a sample (the exact paired sign-flip test "
-              "of the per-task success-rate differences; `task_significant`). Runtime (wall_s) is "
-              "machine-dependent.</p>")
+              "of the per-task success-rate differences; `task_significant`). With several comparisons on a panel, "
+              "the _holm columns are Holm-adjusted over that panel's comparisons and `significant` reads them. "
+              "The ratios are the policy's mean over the reference's. Runtime (wall_s) is machine-dependent.</p>")
 
 
-def result_section(report: Report, metrics: Mapping[str, Any] | None) -> None:
-    """The result, stated plainly: each panel's success rates and verdicts (always on the page)."""
+def result_section(report: Report, metrics: Mapping[str, Any] | None,
+                   tables: Mapping[str, Any] | None = None) -> None:
+    """The result, stated plainly (always on the page): the gate's decision, then per panel what
+    it could detect at all, its success rates and verdicts."""
     if metrics is None:
         report.section("result", "Result", "<p>No evaluation tables were given: there is no result to state.</p>")
         return
-    body = "".join(f"<div class=result><b>Panel {esc(panel)}:</b><ul>"
-                   + "".join(f"<li>{esc(s)}.</li>" for s in lines) + "</ul></div>"
-                   for panel, lines in result_statements(metrics).items())
+    gates = [t["gate"] for t in (tables or {}).values() if t.get("gate")]
+    body = "".join(f"<div class=result><b>Decision: {esc(g['decision'])}.</b> {esc(g['reason'])}.</div>" for g in gates)
+    for panel, lines in result_statements(metrics).items():
+        mde = ((tables or {}).get(panel) or {}).get("mde")
+        before = f"<p><i>Detectable effect:</i> {esc(mde['sentence'])}</p>" if mde else ""
+        body += (f"<div class=result><b>Panel {esc(panel)}:</b>{before}<ul>"
+                 + "".join(f"<li>{esc(s)}.</li>" for s in lines) + "</ul></div>")
     report.section("result", "Result", body or "<p>The tables hold no panel.</p>")
 
 
@@ -395,10 +457,10 @@ def tables_section(report: Report, metrics: Mapping[str, Any] | None, tables_md:
         return
     body = ""
     for panel in sorted(metrics):
-        pol = [{"policy": n, **r} for n, r in metrics[panel].items() if "_vs_" not in n]
-        cmp_ = [{"comparison": n, **c, "mcnemar_p": format_p(c["mcnemar_p"]) + f" ({c['mcnemar_p']:.4g})",
-                 **({"task_p": format_p(c["task_p"]) + f" ({c['task_p']:.4g})"} if "task_p" in c else {})}
-                for n, c in metrics[panel].items() if "_vs_" in n]
+        pol = [{"policy": n, **r} for n, r in metrics_policies(metrics[panel]).items()]
+        cmp_ = [{"comparison": n, **c, **{k: format_p(c[k]) + f" ({c[k]:.4g})" for k in
+                                          ("mcnemar_p", "mcnemar_p_holm", "task_p", "task_p_holm") if k in c}}
+                for n, c in metrics_comparisons(metrics[panel]).items()]
         body += (f"<h3>Panel {esc(panel)}</h3>" + html_table(pol, POLICY_COLUMNS)
                  + (html_table(cmp_, COMPARISON_COLUMNS) if cmp_ else ""))
     success = success_rows(metrics)
@@ -407,6 +469,34 @@ def tables_section(report: Report, metrics: Mapping[str, Any] | None, tables_md:
     if tables_md is not None:
         body += f"<details><summary>tables.md</summary><pre>{esc(tables_md)}</pre></details>"
     report.section("tables", "Paired evaluation tables", body)
+
+
+def attribution_section(report: Report, tables: Mapping[str, Any] | None,
+                        logs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """How episodes ended (plot and counts per panel and policy), the transitions behind each
+    comparison's wins and losses, and how concentrated the training successes were."""
+    body = ""
+    if tables is not None:
+        rows = outcome_rows(tables)
+        body += report.figure("outcomes", plot_outcomes(rows, OUTCOME_CLASSES), rows, OUTCOME_COLUMNS)
+        for panel in sorted(tables):
+            t = tables[panel]
+            counts = [{"policy": n, **r["outcomes"]} for n, r in t["policies"].items()]
+            body += f"<h3>Panel {esc(panel)}</h3>" + html_table(counts, ("policy", *OUTCOME_CLASSES))
+            if t["comparisons"]:
+                trans = transition_rows(t)
+                body += ("<p>Transitions: per failure class, the pairs the reference failed that way and the other "
+                         "policy solved (its wins), and the pairs the reference solved and the other failed that "
+                         "way (its losses).</p>" + html_table(trans, list(trans[0])))
+    runs = [{"run": name, **training_concentration(lines)} for name, lines in logs]
+    if runs:
+        body += ("<h3>Training successes</h3><ul>"
+                 + "".join(f"<li>{esc(concentration_sentence(r['run'], r))}.</li>" for r in runs) + "</ul>"
+                 + html_table(runs, CONCENTRATION_COLUMNS)
+                 + "<p>A run whose successes sit on one task learned that task, if anything: its training "
+                   "success rate says little about the others (the original PPO run: 16 of 32 on one task).</p>")
+    if body:
+        report.section("attribution", "Failure attribution", body)
 
 
 def dag_section(report: Report, dot_text: str | None) -> None:
@@ -548,8 +638,12 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
     """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs."""
     report = Report()
     metrics = report.load(args.metrics, "evaluation tables")
-    result_section(report, metrics)
+    tables = report.load(args.tables_json, "failure attribution")
+    result_section(report, metrics, tables)
     tables_section(report, metrics, _read_text(args.tables_md) if metrics is not None and args.tables_md else None)
+    ppo_log = report.load(args.ppo_log, "PPO log", read_jsonl)
+    grpo_log = report.load(args.grpo_log, "GRPO log", read_jsonl)
+    attribution_section(report, tables, [(n, x) for n, x in (("ppo", ppo_log), ("grpo", grpo_log)) if x is not None])
     dag_section(report, report.load(args.dag, "DAG", _read_text))
     funnel_section(report, report.load(args.funnel, "task funnel"))
     split_section(report, report.load(args.split, "split"))
@@ -558,14 +652,14 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
                         report.load(args.sft_curve, "SFT loss curve"))
     difficulty_section(report, report.load_each(args.difficulty, "difficulty"))
     critic_section(report, report.load(args.critic, "critic metrics"))
-    ppo_section(report, report.load(args.ppo_log, "PPO log", read_jsonl))
+    ppo_section(report, ppo_log)
     artifacts_section(report, report.load_each(sorted(args.manifests), "artifact manifests"))
     return page(args.title, report.sections, report.missing), report.files
 
 
 def run(cfg, args: argparse.Namespace) -> None:
     inputs = [p for p in (args.dag, args.funnel, args.split, args.copy_curve, args.sft_curve, args.critic,
-                          args.ppo_log, args.metrics, args.tables_md) if p] \
+                          args.ppo_log, args.grpo_log, args.metrics, args.tables_md, args.tables_json) if p] \
         + list(args.difficulty) + list(args.images) + list(args.manifests)
     manifest = Manifest(stage=STAGE, inputs=inputs, code=__name__)
     with manifest.timed("build"):

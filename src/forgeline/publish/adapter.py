@@ -134,10 +134,11 @@ def evaluation_facts(tables: Mapping[str, Any], ev, adapter: Path, trained: list
     policy = names[0]
     panels: dict[str, dict] = {}
     for panel, t in tables.items():
-        if policy not in t.get("comparisons", {}):
+        key = f"{policy}_vs_{t['base']}"  # tables.comparison_key
+        if key not in t.get("comparisons", {}):
             raise ConfigError(f"{where}: panel {panel} has no comparison of {policy} with {t['base']}")
         panels[panel] = {"pairs": t["pairs"], "rows": {n: t["policies"][n] for n in (t["base"], policy)},
-                         "comparison": t["comparisons"][policy],
+                         "comparison": t["comparisons"][key],
                          "trained_on": any(_same(f, x) for f in ev.panels.get(panel, []) for x in trained)}
     if not panels:
         raise ConfigError(f"{where}: no panel")

@@ -115,8 +115,11 @@ def non_claims(facts: Mapping[str, Any]) -> list[str]:
     for panel, p in ev["panels"].items():
         c = p["comparison"]
         if not c["significant"]:
+            # with several comparisons on the panel `significant` reads the Holm-adjusted p: say which
+            holm = f", Holm-adjusted over {c['holm_m']} comparisons" if c.get("holm_m", 1) > 1 else ""
+            decided_by = c.get("mcnemar_p_holm", c["mcnemar_p"]) if holm else c["mcnemar_p"]
             out.append(f"That {policy} solves more (or fewer) tasks than {base} on panel `{panel}`: the paired "
-                       f"test found no significant difference there (McNemar p = {_p(c['mcnemar_p'])}, "
+                       f"test found no significant difference there (McNemar p = {_p(decided_by)}{holm}, "
                        f"alpha {c['alpha']}).")
         elif "task_p" in c and not c.get("task_significant"):
             out.append(f"That the difference on panel `{panel}` carries over to other tasks: it is significant "

@@ -50,7 +50,7 @@ from forgeline.sandbox import get_sandbox
 from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train.distributed import allreduce_, barrier, gather, setup_distributed, teardown_distributed
 from forgeline.train.grpo_update import GRPOTrainer, assign_advantages
-from forgeline.train.ppo import GATES, drop_counts, episode_sample, finite
+from forgeline.train.ppo import GATES, drop_counts, episode_sample, finite, solved_tasks
 from forgeline.train.ppo_checkpoints import (SUMMARY, base_reference, checkpoint_summary, folder_digest,
                                              resume, run_fingerprint, save_adapter, save_checkpoint)
 from forgeline.train.ppo_update import make_actor
@@ -153,6 +153,7 @@ def run_step(step: int, groups: Sequence[tuple[int, Mapping[str, Any], int]], tr
         "approx_kl": finite(stats["approx_kl"]) if stats else None,
         "policy_loss": finite(stats["policy_loss"]) if stats else None,
         "drops": drop_counts(samples),
+        "solved": solved_tasks(samples),
         "groups": counts["groups"],
         "groups_dropped": counts["dropped"],
         "episodes": len(samples),

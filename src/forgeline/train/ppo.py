@@ -121,6 +121,16 @@ def drop_counts(samples: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return {g: sum(s["gate"] == g for s in samples) for g in GATES}
 
 
+def solved_tasks(samples: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """{instance_id: resolved episodes} of a step, sorted: which tasks carry the training
+    successes (the original run had 16 of its 32 from one task)."""
+    solved: dict[str, int] = {}
+    for s in samples:
+        if s["resolved"]:
+            solved[s["task"]] = solved.get(s["task"], 0) + 1
+    return dict(sorted(solved.items()))
+
+
 def finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
@@ -213,6 +223,7 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
         "entropy": finite(stats["entropy"]) if stats else None,
         "policy_loss": finite(stats["policy_loss"]) if stats else None,
         "drops": drop_counts(samples),
+        "solved": solved_tasks(samples),
         "episodes": len(samples),
         "kept": len(kept),
         "tokens": stats["tokens"] if stats else 0,

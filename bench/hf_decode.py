@@ -138,10 +138,10 @@ def main() -> int:
     eos = [1]
     variants = {
         "generate": generate_variant(model, eos, 0),
-        "decode": engine_variant(HFEngine(model, tok, eos_token_ids=eos, prefix_cache_bytes=0)),
-        "decode+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos)),
-        "decode+cache, a seed per row": engine_variant(HFEngine(model, tok, eos_token_ids=eos), per_row=True),
-        "one row per call+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos), one_by_one=True),
+        "decode": engine_variant(HFEngine(model, tok, eos_token_ids=eos, prefix_cache_bytes=0, threads=None)),
+        "decode+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None)),
+        "decode+cache, a seed per row": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None), per_row=True),
+        "one row per call+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None), one_by_one=True),
     }
     for run in variants.values():  # warm-up, untimed
         run([[5] * 40, [6] * 30], 4, 0)

@@ -50,7 +50,7 @@ rule evaluate:
         policy="|".join(POLICIES),
     log:
         "logs/evaluate/{panel}/{policy}.log",
-    threads: 2
+    threads: config["evaluation"]["threads"]
     resources:
         mem_mb=4000,
         runtime=120,

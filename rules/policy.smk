@@ -37,7 +37,7 @@ rule policy_init:
         mem_mb=4000,
         runtime=20,
     shell:
-        "forgeline policy-init {CONFIG} --out {output.policy} --log {log}"
+        "forgeline policy-init {CONFIG} --out {output.policy} --threads {threads} --log {log}"
 
 
 rule agent_oracle:
@@ -78,7 +78,7 @@ rule sft:
                        "train.sft"),
     log:
         "logs/sft.log",
-    threads: 2
+    threads: config["train"]["sft"]["threads"]
     resources:
         mem_mb=6000,
         runtime=120,
@@ -106,7 +106,7 @@ rule difficulty:
     log:
         "logs/difficulty/{repo}.log",
     priority: CRITICAL_PATH
-    threads: 2
+    threads: config["tasks"]["difficulty"]["threads"]
     resources:
         mem_mb=4000,
         runtime=60,

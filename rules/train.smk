@@ -40,7 +40,7 @@ rule critic:
     log:
         "logs/critic.log",
     priority: CRITICAL_PATH
-    threads: 2
+    threads: config["train"]["critic"]["threads"]
     resources:
         mem_mb=6000,
         runtime=120,
@@ -64,7 +64,7 @@ rule ppo:
     log:
         "logs/ppo.log",
     priority: CRITICAL_PATH
-    threads: 2
+    threads: config["train"]["ppo"]["threads"]
     resources:
         mem_mb=8000,
         runtime=240,
@@ -87,7 +87,7 @@ rule grpo:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.grpo"),
     log:
         "logs/grpo.log",
-    threads: 2
+    threads: config["train"]["grpo"]["threads"]
     resources:
         mem_mb=8000,
         runtime=240,

@@ -481,3 +481,10 @@ def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
         return {**{k: v for k, v in strip_volatile(rec).items() if k != "logprobs"}, "turns": turns}
     assert without_logprobs(batch[0]) == without_logprobs(alone)
     assert torch.allclose(torch.tensor(batch[0]["logprobs"]), torch.tensor(alone["logprobs"]), atol=1e-5)
+    # two lanes take turns (one generates while the other's tools run): the same episodes
+    # (the config digest names the lanes)
+    laned = ro.rollout([(world["alpha"], 7), (world["beta"], 7)], engine, sandbox,
+                       config.merged(per, {"rollout": {"lanes": 2, "concurrency": 2}}), envs=world["envs"], tokenizer=tok,
+                       progress=False)
+    assert [{**without_logprobs(r), "config_digest": None} for r in laned] == \
+        [{**without_logprobs(r), "config_digest": None} for r in batch]

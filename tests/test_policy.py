@@ -520,7 +520,7 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     base = {"source": "hub", "hub": {"repo_id": "org/tiny-agent", "revision": COMMIT, "allow_patterns": None}}
     out = tmp_path / "results" / "policy" / "hub"
     hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}}),
-            argparse.Namespace(out=str(out), manifest=None))
+            argparse.Namespace(out=str(out), manifest=None, threads=2))
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "policy.hub"
@@ -532,7 +532,7 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     assert not any(b"hf_secret" in p.read_bytes() for p in out.rglob("*") if p.is_file())
     with pytest.raises(SystemExit, match="policy.base.source: hub"):
         hub.run(config_mod.merged(PARAMS, {"policy": {"base": {"source": "sft"}}}),
-                argparse.Namespace(out=str(tmp_path / "x"), manifest=None))
+                argparse.Namespace(out=str(tmp_path / "x"), manifest=None, threads=2))
 
 
 @pytest.mark.parametrize("revision", ["main", "v1.0", COMMIT[:12], COMMIT.upper(), None])
@@ -630,7 +630,7 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
                      "recall": {"steps": 3, "batch": 2, "length": 32},
                      "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
     for name in ("a", "b"):
-        init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None))
+        init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None, threads=2))
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert set(a) >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                       "chat_template.jinja", "generation_config.json", "manifest.json",

@@ -223,7 +223,7 @@ class DifficultyConfig:
     seeds: list[int] | None = spec(ge=0, le=MAX_SEED)
     """explicit episode seeds, k of them (null: derived from the root seed)"""
     threads: int = spec(ge=1)
-    """torch threads of the in-process engine"""
+    """cores the job holds: the engine generates on one, the containers use the rest"""
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
@@ -407,6 +407,8 @@ class RolloutConfig:
     """episodes (sandbox sessions) at once"""
     seeding: Literal["batch", "episode"]
     """batch: one batched generate per round | episode: one seeded generate per episode"""
+    lanes: int = spec(ge=1)
+    """groups of episodes taking turns: one generates while the others' tools run"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -837,7 +839,7 @@ class EvaluationConfig:
     confidence: float = spec(gt=0, lt=1)
     """level of the Wilson intervals"""
     threads: int = spec(ge=1)
-    """torch threads of the hf engine"""
+    """cores a job holds: the hf engine generates on one, the containers use the rest"""
     dtype: Literal["float32", "bfloat16", "float16"]
     """weights dtype of the hf engine"""
     pairs: list[EvalPairConfig]

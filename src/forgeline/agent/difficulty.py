@@ -162,10 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    import torch
-
+    # `threads` is the job's share of the machine: the engine generates on one thread
+    # (HFEngine's default), the containers use the rest
     d, a = cfg.tasks.difficulty, cfg.agent
-    torch.set_num_threads(max(1, int(d.threads)))
     k = int(d.k)
     seeds = [int(s) for s in d.seeds] if d.seeds is not None else sample_seeds(cfg.seed, k)
     pool = set(cfg.repos.pool)

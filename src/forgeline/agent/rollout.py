@@ -1,14 +1,17 @@
 """Many episodes at once: step-synchronous generation, parallel tools, a resumable record.
 
 `rollout(pairs, engine, sandbox, cfg, ...)` runs (task, seed) pairs, at most
-`rollout.concurrency` at a time. Each round:
+`rollout.concurrency` at a time, split into `rollout.lanes` groups that take turns. A group's
+round:
 
-1. every active episode's next prompt is collected (episodes that hit a limit leave here);
-2. generation: ONE `engine.generate` call for all prompts (one batch in HFEngine, concurrent
-   requests to a server); with `rollout.seeding: batch` seeded with derive_seed(0, "batch",
-   <instance:seed:turn of every prompt, in order>), with `seeding: episode` each prompt with its
-   episode's own `turn_seed()` (the engine's per-prompt `seeds`);
-3. the tool calls of all episodes run in parallel threads, each in its own sandbox session;
+1. its episodes' next prompts are collected (episodes that hit a limit leave here);
+2. generation: ONE `engine.generate` call for the group's prompts (one batch in HFEngine,
+   concurrent requests to a server); with `rollout.seeding: batch` seeded with derive_seed(0,
+   "batch", <instance:seed:turn of every prompt, in order>), with `seeding: episode` each prompt
+   with its episode's own `turn_seed()` (the engine's per-prompt `seeds`);
+3. the group's tool calls run in parallel threads, each in its own sandbox session, while the
+   next group generates (with one lane, before anything else happens): the sandbox's tests
+   use the CPU the engine leaves, instead of taking turns with it;
 4. finished episodes are verified in background threads (overlapping the next rounds'
    generation) and each record is appended to the JSONL record file (flush + fsync) as soon as
    it is ready. New episodes start as others finish.
@@ -158,7 +161,6 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     sink = RecordFile(record_path, list(done.values())) if record_path is not None else None
     bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
                dynamic_ncols=True, disable=not progress, leave=False)
-    active: list[Episode] = []
     started: dict[tuple[str, int], Episode] = {}  # until their record is in
     finishing: list[concurrent.futures.Future] = []
     queue = list(todo)
@@ -174,53 +176,69 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                 sink.append(rec)
             bar.update(1)
             n_res = sum(r["outcome"] == "resolved" for r in records.values())
-            bar.set_postfix(resolved=n_res, active=len(active))
+            bar.set_postfix(resolved=n_res, active=sum(map(len, groups)))
         for fut in ready:
             finishing.remove(fut)
 
+    # lanes: episodes are split into groups that take turns, so one group generates while the
+    # others' tool calls run (the sandbox's CPU beside the engine's, not after it)
+    lanes = max(1, min(int(c.rollout.lanes), concurrency))
+    share = [concurrency // lanes + (g < concurrency % lanes) for g in range(lanes)]
+    groups: list[list[Episode]] = [[] for _ in range(lanes)]
+    advancing: list[list[concurrent.futures.Future]] = [[] for _ in range(lanes)]
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2 * concurrency,
                                                  thread_name_prefix="rollout")
+
+    def to_verification(group: list[Episode], ep: Episode) -> None:
+        group.remove(ep)
+        finishing.append(pool.submit(ep.finish))
+
     try:
-        while queue or active:
-            # start new episodes (sessions open in parallel)
-            fresh = []
-            while queue and len(active) + len(fresh) < concurrency:
-                task, seed = queue.pop(0)
-                fresh.append(Episode(task, seed, tok, sandbox, env_of(task), c, policy=policy,
-                                     test_timeout_s=test_timeout_s, context_limit=context_limit))
-            started.update((ep.key, ep) for ep in fresh)
-            for fut in [pool.submit(ep.start) for ep in fresh]:
-                fut.result()
-            active.extend(fresh)
-            active.sort(key=lambda e: e.key)
-            # prompts; episodes stopped by a limit go to verification
-            prompts = []
-            for ep in list(active):
-                prompt = ep.next_prompt()
-                if prompt is None:
-                    active.remove(ep)
-                    finishing.append(pool.submit(ep.finish))
-                else:
-                    prompts.append((ep, prompt))
-            if prompts:
-                t0 = time.monotonic()
-                if per_episode:  # one call, each prompt drawn with its episode's own turn seed
-                    gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens), float(c.temperature),
-                                           float(c.top_p), seeds=[ep.turn_seed() for ep, _ in prompts])
-                else:
-                    seed = derive_seed(0, "batch", *[f"{ep.key[0]}:{ep.key[1]}:{ep.steps}" for ep, _ in prompts])
-                    gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens),
-                                           float(c.temperature), float(c.top_p), seed=seed)
-                dt = (time.monotonic() - t0) / len(prompts)
-                for ep, _ in prompts:
-                    ep.timing["generate_s"] += dt
-                for fut in [pool.submit(ep.advance, g) for (ep, _), g in zip(prompts, gens)]:
+        while queue or any(groups):
+            for g, group in enumerate(groups):
+                for fut in advancing[g]:
                     fut.result()
-                for ep, _ in prompts:
-                    if ep.done:
-                        active.remove(ep)
-                        finishing.append(pool.submit(ep.finish))
-            collect(block=not active and not queue)
+                advancing[g] = []
+                for ep in [ep for ep in group if ep.done]:
+                    to_verification(group, ep)
+                # start new episodes (sessions open in parallel)
+                fresh = []
+                while queue and len(group) + len(fresh) < share[g]:
+                    task, seed = queue.pop(0)
+                    fresh.append(Episode(task, seed, tok, sandbox, env_of(task), c, policy=policy,
+                                         test_timeout_s=test_timeout_s, context_limit=context_limit))
+                started.update((ep.key, ep) for ep in fresh)
+                for fut in [pool.submit(ep.start) for ep in fresh]:
+                    fut.result()
+                group.extend(fresh)
+                group.sort(key=lambda e: e.key)
+                # prompts; episodes stopped by a limit go to verification
+                prompts = []
+                for ep in list(group):
+                    prompt = ep.next_prompt()
+                    if prompt is None:
+                        to_verification(group, ep)
+                    else:
+                        prompts.append((ep, prompt))
+                if prompts:
+                    t0 = time.monotonic()
+                    if per_episode:  # one call, each prompt drawn with its episode's own turn seed
+                        gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens), float(c.temperature),
+                                               float(c.top_p), seeds=[ep.turn_seed() for ep, _ in prompts])
+                    else:
+                        seed = derive_seed(0, "batch", *[f"{ep.key[0]}:{ep.key[1]}:{ep.steps}" for ep, _ in prompts])
+                        gens = engine.generate([p for _, p in prompts], int(c.max_new_tokens),
+                                               float(c.temperature), float(c.top_p), seed=seed)
+                    dt = (time.monotonic() - t0) / len(prompts)
+                    for ep, _ in prompts:
+                        ep.timing["generate_s"] += dt
+                    # the tool calls run while the next group generates
+                    advancing[g] = [pool.submit(ep.advance, gen) for (ep, _), gen in zip(prompts, gens)]
+                if lanes == 1:
+                    for fut in advancing[g]:
+                        fut.result()
+                collect(block=False)
+        collect(block=True)
         collect(block=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

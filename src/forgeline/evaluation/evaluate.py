@@ -91,10 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg, args: argparse.Namespace) -> None:
-    import torch
-
+    # `threads` is the job's share of the machine: the engine generates on one thread
+    # (HFEngine's default), the containers use the rest
     ev, a = cfg.evaluation, cfg.agent
-    torch.set_num_threads(max(1, int(ev.threads)))
     panel = args.panel or Path(args.tasks[0]).name.split(".")[0]
     seeds = episode_seeds(ev, cfg.seed, panel)
     tasks = sorted((t for f in args.tasks for t in read_jsonl(f)), key=lambda t: t["instance_id"])

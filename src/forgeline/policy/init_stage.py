@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import platform
 from pathlib import Path
 
@@ -34,6 +33,7 @@ STAGE = "policy.init"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the model folder to write")
     parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the job's cores)")
 
 
 def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
@@ -69,7 +69,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     seed = stage_seed(cfg.seed, STAGE)
     out = Path(args.out)
     manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(max(1, args.threads))
 
     repo_dirs = [repos_root / name for name in corpus_repos]
     missing = [str(d) for d in repo_dirs if not d.is_dir()]

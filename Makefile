@@ -30,8 +30,9 @@ run: setup
 	  $(foreach f,$(CONFIG),--config $(f))) || exit 1; \
 	  if [ "$$backend" = docker ]; then bash scripts/services.sh start docker; fi
 	@$(if $(CONFIG),,$(BIN)/forgeline timings --expected --reference $(TIMINGS))
-	$(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG))
-	$(BIN)/forgeline timings $(if $(CONFIG),,--reference $(TIMINGS))
+	@start=$$(date +%s); \
+	  $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)); rc=$$?; \
+	  $(BIN)/forgeline timings --since $$start $(if $(CONFIG),,--reference $(TIMINGS)); exit $$rc
 
 test: setup
 	$(BIN)/pytest

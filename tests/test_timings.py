@@ -10,7 +10,7 @@ from forgeline.workflow import timings
 
 
 def _args(**kw):
-    base = dict(results=None, reference=None, expected=False, save=None, note="")
+    base = dict(results=None, reference=None, expected=False, save=None, note="", since=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -37,3 +37,23 @@ def test_the_table_sums_jobs_saves_a_reference_and_prints_it_before_the_next_run
     # no reference yet: the start of a run says nothing
     timings.run(None, _args(results=results, reference=tmp_path / "none.json", expected=True))
     assert capsys.readouterr().out == ""
+
+
+def test_a_run_counts_only_the_manifests_written_since_it_started(tmp_path, capsys):
+    import os
+    import time
+
+    results = tmp_path / "results"
+    for name in ("old", "new"):
+        (results / name).mkdir(parents=True)
+        out = results / name / "x.txt"
+        out.write_text(name)
+        Manifest(stage=f"stage-{name}", inputs=[]).write(results / name / "manifest.json", outputs=[out])
+    start = time.time()
+    os.utime(results / "old" / "manifest.json", (start - 3600, start - 3600))  # another config's
+    assert timings.collect(results, since=start - 1).keys() == {"stage-new"}
+    assert timings.collect(results).keys() == {"stage-new", "stage-old"}
+    timings.run(None, _args(results=results, since=start - 90, save=tmp_path / "ref.json"))
+    out = capsys.readouterr().out
+    assert "stage-new" in out and "stage-old" not in out and "wall time of this run: 1.5 min" in out
+    assert json.loads((tmp_path / "ref.json").read_text())["wall_s"] >= 90

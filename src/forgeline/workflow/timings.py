@@ -2,13 +2,16 @@
 
 `make run` prints it twice: before the run, the table of the last measured run on this kind
 of machine (`--expected --reference bench/make_run_timings.json`: how long to wait, phase by
-phase), and after it, this run's table beside that one. `--save FILE` keeps this run's table as
-the reference, with the machine it ran on.
+phase), and after it, this run's table beside that one, counting only the manifests written
+since the run started (`--since`: a manifest left by another config or an earlier run is not
+this run's) and the wall time since then. `--save FILE` keeps this run's table as the
+reference, with the machine it ran on.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,10 +21,13 @@ from rich.table import Table
 from forgeline.provenance import write_json
 
 
-def collect(results: Path) -> dict[str, dict[str, float]]:
-    """stage -> {jobs, wall_s (sum), max_s} over every manifest below `results`."""
+def collect(results: Path, since: float | None = None) -> dict[str, dict[str, float]]:
+    """stage -> {jobs, wall_s (sum), max_s} over every manifest below `results` (written at or
+    after the epoch time `since`, if given)."""
     table: dict[str, dict[str, float]] = defaultdict(lambda: {"jobs": 0, "wall_s": 0.0, "max_s": 0.0})
     for path in sorted(results.rglob("*manifest.json")):
+        if since is not None and path.stat().st_mtime < since:
+            continue  # an earlier run's, or another config's
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             stage, wall = record["stage"], float(record["timings"]["wall_s"])
@@ -51,6 +57,9 @@ def add_arguments(parser) -> None:
                         help="print only the reference: how long each stage took last time")
     parser.add_argument("--save", type=Path, help="keep this run's table in this file, as a reference")
     parser.add_argument("--note", default="", help="with --save: the machine's load and what else ran")
+    parser.add_argument("--since", type=float,
+                        help="the run's start (epoch seconds): count only the manifests written since, "
+                             "and print the wall time since then")
 
 
 def _minutes(seconds: float) -> str:
@@ -77,7 +86,8 @@ def run(cfg, args) -> None:
             console.print(f"[yellow]this machine has {os.cpu_count()} cores: expect other times[/yellow]")
         console.print(table)
         return
-    rows = collect(args.results)
+    since = getattr(args, "since", None)
+    rows = collect(args.results, since)
     table = Table()
     cols = ["stage", "jobs", "total s", "slowest job s"] + (["last time s"] if ref else [])
     for col in cols:
@@ -89,9 +99,13 @@ def run(cfg, args) -> None:
     extra = [f"{sum(r['wall_s'] for r in ref_stages.values()):.1f}"] if ref else []
     table.add_row("all", str(int(sum(r["jobs"] for r in rows.values()))),
                   f"{sum(r['wall_s'] for r in rows.values()):.1f}", "", *extra, style="bold")
-    console.print(f"time per stage in {args.results}/ (seconds summed over jobs)")
+    console.print(f"time per stage in {args.results}/ (seconds summed over jobs"
+                  f"{', the jobs of this run' if since is not None else ''})")
     console.print(table)
+    if since is not None:
+        console.print(f"wall time of this run: {_minutes(time.time() - since)}")
     if args.save:
-        write_json(args.save, {"machine": {"cpus": os.cpu_count()}, "note": args.note,
+        wall = {"wall_s": round(time.time() - since, 1)} if since is not None else {}
+        write_json(args.save, {"machine": {"cpus": os.cpu_count()}, "note": args.note, **wall,
                                "stages": {s: {k: round(v, 1) for k, v in r.items()} for s, r in sorted(rows.items())}})
         console.print(f"saved as the reference: {args.save}")

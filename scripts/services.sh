@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Local services the docker sandbox needs, on one Debian 12 machine, without Docker Hub.
-#   bash scripts/services.sh start  docker|registry|all   install if missing, start, wait until up
-#   bash scripts/services.sh stop   docker|registry|all   stop what THIS script started (by PID)
-#   bash scripts/services.sh status docker|registry|all   exit 0 only if every named service answers
+#   bash scripts/services.sh start  docker|registry|s3|all   install if missing, start, wait until up
+#   bash scripts/services.sh stop   docker|registry|s3|all   stop what THIS script started (by PID)
+#   bash scripts/services.sh status docker|registry|s3|all   exit 0 only if every named service answers
 # Idempotent: starting a service that already answers only checks it (whoever started it).
 # Only loopback is ever used: dockerd gets no bridge and no iptables rules, the registry listens
-# on 127.0.0.1:5000 only.
+# on 127.0.0.1:5000 only, the S3 store (moto's server, the DVC remote of the tests) on
+# 127.0.0.1:9000 only.
 set -euo pipefail
 
 STATE_DIR=${FORGELINE_SERVICES_DIR:-/tmp/forgeline-services}
@@ -15,12 +16,28 @@ REGISTRY_ADDR=127.0.0.1:5000
 REGISTRY_DIR=$STATE_DIR/registry
 REGISTRY_CONF=$STATE_DIR/registry.yml
 REGISTRY_LOG=$STATE_DIR/registry.log
+S3_ADDR=127.0.0.1:9000
+S3_VENV=$STATE_DIR/s3-venv
+S3_LOG=$STATE_DIR/s3.log
+S3_REQUIREMENTS=$(cd "$(dirname "$0")/.." && pwd)/envs/s3-requirements.txt
 WAIT_S=60
 
 log() { echo "[services $(date +%T)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 recorded_pid() { [ -s "$STATE_DIR/$1.pid" ] && cat "$STATE_DIR/$1.pid" || true; }
+
+# Wait until UP_FN answers; stop with the log's last lines when PID dies or time runs out.
+wait_until_up() {  # NAME UP_FN PROCESS PID LOG
+  local name=$1 up=$2 process=$3 pid=$4 logfile=$5
+  for _ in $(seq $((WAIT_S * 5))); do
+    "$up" && { log "$name: answers ($process pid $pid)"; return 0; }
+    alive "$pid" || { tail -20 "$logfile" >&2; die "$process exited (log: $logfile)"; }
+    sleep 0.2
+  done
+  tail -20 "$logfile" >&2
+  die "$name: no answer after ${WAIT_S}s (log: $logfile)"
+}
 
 # apt-get install PKG..., with `apt-get update` at most once per machine boot (the stamp lives
 # in /tmp); waits for a dpkg lock held by someone else instead of failing.
@@ -73,13 +90,7 @@ start_docker() {
     pid=$!
     echo "$pid" > "$STATE_DIR/dockerd.pid"
   fi
-  for _ in $(seq $((WAIT_S * 5))); do
-    docker_up && { log "docker: engine answers (dockerd pid $pid)"; return 0; }
-    alive "$pid" || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd exited (log: $DOCKERD_LOG)"; }
-    sleep 0.2
-  done
-  tail -20 "$DOCKERD_LOG" >&2
-  die "docker: no answer after ${WAIT_S}s (log: $DOCKERD_LOG)"
+  wait_until_up docker docker_up dockerd "$pid" "$DOCKERD_LOG"
 }
 
 # -- registry ------------------------------------------------------------------------------
@@ -113,13 +124,40 @@ EOF
     pid=$!
     echo "$pid" > "$STATE_DIR/registry.pid"
   fi
-  for _ in $(seq $((WAIT_S * 5))); do
-    registry_up && { log "registry: answers (pid $pid)"; return 0; }
-    alive "$pid" || { tail -20 "$REGISTRY_LOG" >&2; die "docker-registry exited (log: $REGISTRY_LOG)"; }
-    sleep 0.2
-  done
-  tail -20 "$REGISTRY_LOG" >&2
-  die "registry: no answer after ${WAIT_S}s (log: $REGISTRY_LOG)"
+  wait_until_up registry registry_up docker-registry "$pid" "$REGISTRY_LOG"
+}
+
+# -- s3 (an S3-compatible object store: moto's server) ---------------------------------------
+
+# Any answer from the root (moto lists the buckets to anyone: it checks no signature) is up.
+s3_up() { curl -s --max-time 2 -o /dev/null "http://$S3_ADDR/" 2>/dev/null; }
+
+# moto[server] and every dependency pinned in envs/s3-requirements.txt, in a venv of its own
+# (its boto3 would clash with dvc-s3's in .venv/); reinstalled when the file changes.
+s3_venv() {
+  local want; want=$(sha256sum "$S3_REQUIREMENTS" | cut -d' ' -f1)
+  [ -x "$S3_VENV/bin/moto_server" ] && [ "$(cat "$S3_VENV/.requirements.sha256" 2>/dev/null)" = "$want" ] \
+    && return 0
+  python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv  # Debian splits it off
+  log "s3: installing moto[server] into $S3_VENV (envs/s3-requirements.txt)"
+  python3 -m venv "$S3_VENV"
+  "$S3_VENV/bin/pip" install -q --disable-pip-version-check -r "$S3_REQUIREMENTS" >"$STATE_DIR/s3-pip.log" 2>&1 \
+    || { tail -20 "$STATE_DIR/s3-pip.log" >&2; die "s3: pip install failed (log: $STATE_DIR/s3-pip.log)"; }
+  echo "$want" > "$S3_VENV/.requirements.sha256"
+}
+
+start_s3() {
+  if s3_up; then log "s3: already answers at http://$S3_ADDR/"; return 0; fi
+  s3_venv
+  local pid; pid=$(recorded_pid s3)
+  if ! alive "$pid"; then
+    log "s3: starting moto_server on $S3_ADDR (log: $S3_LOG; buckets live in its memory)"
+    setsid "$S3_VENV/bin/moto_server" -H "${S3_ADDR%:*}" -p "${S3_ADDR##*:}" \
+      </dev/null >>"$S3_LOG" 2>&1 &
+    pid=$!
+    echo "$pid" > "$STATE_DIR/s3.pid"
+  fi
+  wait_until_up s3 s3_up moto_server "$pid" "$S3_LOG"
 }
 
 # -- stop / status -------------------------------------------------------------------------
@@ -140,15 +178,16 @@ status_one() {
   case $1 in
     docker) if docker_up; then echo "docker: up (unix://$DOCKER_SOCK)"; else echo "docker: down"; return 1; fi ;;
     registry) if registry_up; then echo "registry: up (http://$REGISTRY_ADDR)"; else echo "registry: down"; return 1; fi ;;
+    s3) if s3_up; then echo "s3: up (http://$S3_ADDR)"; else echo "s3: down"; return 1; fi ;;
   esac
 }
 
-usage() { echo "usage: $0 {start|stop|status} {docker|registry|all}" >&2; exit 2; }
+usage() { echo "usage: $0 {start|stop|status} {docker|registry|s3|all}" >&2; exit 2; }
 
 action=${1:-}; what=${2:-all}
 case $what in
-  docker|registry) services=("$what") ;;
-  all) services=(docker registry) ;;
+  docker|registry|s3) services=("$what") ;;
+  all) services=(docker registry s3) ;;
   *) usage ;;
 esac
 mkdir -p "$STATE_DIR"
@@ -160,7 +199,7 @@ case $action in
   stop)
     # reverse order: the registry before the engine
     for ((i=${#services[@]}-1; i>=0; i--)); do
-      case ${services[$i]} in docker) stop_one dockerd ;; registry) stop_one registry ;; esac
+      case ${services[$i]} in docker) stop_one dockerd ;; registry) stop_one registry ;; s3) stop_one s3 ;; esac
     done ;;
   status)
     rc=0; for s in "${services[@]}"; do status_one "$s" || rc=1; done; exit $rc ;;

@@ -1,5 +1,6 @@
 """Shared fixtures. Docker ones: an engine, the base image, a tiny repository and its image, a
-registry. Without an engine the docker tests skip here, but FAIL in CI (CI=true must run them)."""
+registry; and an S3-compatible store. Without the service the tests skip here, but FAIL in CI
+(CI=true must run them)."""
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ TINY_FILES = {
 def unavailable(reason: str):
     """Skip locally; in CI a missing service is a failure, not a silent skip."""
     if IN_CI:
-        pytest.fail(f"{reason} (CI=true: docker tests must run)", pytrace=False)
+        pytest.fail(f"{reason} (CI=true: tests of a service must run)", pytrace=False)
     pytest.skip(reason)
 
 
@@ -75,24 +76,40 @@ def tiny_image(docker_client, base_image, tiny_snapshot):
     return record
 
 
+def answers(url: str) -> bool:
+    import urllib.request
+    try:
+        urllib.request.urlopen(url, timeout=2).read()
+        return True
+    except OSError:
+        return False
+
+
+def local_service(name: str, url: str) -> None:
+    """Start scripts/services.sh's service NAME when nothing answers at URL; when it still does not
+    answer, skip (fail in CI) with the reason and the script's last words."""
+    if answers(url):
+        return
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "start", name],
+                         capture_output=True, text=True)
+    if res.returncode != 0 or not answers(url):
+        unavailable(f"no {name} at {url} (start it: bash scripts/services.sh start {name}): "
+                    f"{res.stderr.strip()[-500:]}")
+
+
 @pytest.fixture(scope="session")
 def registry():
     """127.0.0.1:5000, started with scripts/services.sh when nothing answers there."""
-    import urllib.request
-
-    def up() -> bool:
-        try:
-            urllib.request.urlopen("http://127.0.0.1:5000/v2/", timeout=2).read()
-            return True
-        except OSError:
-            return False
-
-    if not up():
-        res = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "start", "registry"],
-                             capture_output=True, text=True)
-        if res.returncode != 0 or not up():
-            unavailable(f"no registry at 127.0.0.1:5000: {res.stderr.strip()[-500:]}")
+    local_service("registry", "http://127.0.0.1:5000/v2/")
     return "127.0.0.1:5000"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """The S3-compatible store (moto's server) on 127.0.0.1:9000, started with scripts/services.sh
+    when nothing answers there: the object-store DVC remote of the tests."""
+    local_service("s3", "http://127.0.0.1:9000/")
+    return "http://127.0.0.1:9000"
 
 
 def make_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> tuple[Path, str]:

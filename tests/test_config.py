@@ -32,7 +32,7 @@ def test_sections_are_typed_dataclasses_and_data_stays_as_written():
         cfg.train.ppo.lam = 0.5  # type: ignore[misc]
     # values keep the type they were written with (10, not 10.0): digests of a section are
     # those of the mapping the files wrote
-    assert cfg.agent.command_timeout_s == 10 and isinstance(cfg.agent.command_timeout_s, int)
+    assert cfg.agent.command_timeout_s == 5 and isinstance(cfg.agent.command_timeout_s, int)
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert cfg.data == raw
     for name in (f.name for f in dataclasses.fields(params.ParamsConfig)):

@@ -279,6 +279,10 @@ def test_rename_share_is_deterministic_and_marks_the_ids():
     kinds = ("op_swap", "cmp_boundary", "const_change")
     conv = synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
     assert conv == synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2, rename=1.0)
+    # made by two processes: the same conversations, cut at the same one
+    for n in (6, 3):
+        assert synthetic.synthetic_conversations(files, n, seed=5, kinds=kinds, per_file=2, rename=1.0,
+                                                 workers=2) == conv[:n]
     assert conv and all(i.endswith(":renamed") for i, _ in conv)
     plain = synthetic.synthetic_conversations(files, 6, seed=5, kinds=kinds, per_file=2)
     assert [i + ":renamed" for i, _ in plain] == [i for i, _ in conv]

@@ -289,7 +289,8 @@ def run(cfg, args: argparse.Namespace) -> None:
             synth = synthetic_conversations(files, int(s.examples), seed, s.kinds,
                                             int(s.max_lines), int(s.per_file),
                                             int(a.max_tool_output_chars), float(s.rename),
-                                            int(s.max_guesses), float(s.recovery), tools)
+                                            int(s.max_guesses), float(s.recovery), tools,
+                                            workers=int(c.threads))
         for sid, msgs in synth:
             tokens, mask = conversation_tokens(tokenizer, msgs, tools)
             examples.append({"id": sid, "tokens": tokens, "mask": mask})

@@ -19,11 +19,15 @@ tokenizes them (`conversation_tokens`) and trains on them.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
+import functools
 import hashlib
 import keyword
 import random
+import multiprocessing
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -275,7 +279,7 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
                             kinds: Sequence[str] = KINDS, max_lines: int = 30, per_file: int = 2,
                             max_tool_output_chars: int = 2000, rename: float = 0.0,
                             max_guesses: int = 0, recovery: float = 0.0,
-                            tools: Sequence[dict] = ()) -> list[tuple[str, list[dict]]]:
+                            tools: Sequence[dict] = (), workers: int = 1) -> list[tuple[str, list[dict]]]:
     """Up to `n` (id, messages) synthetic conversations from `files` [(repo-relative path,
     text)]: files in a seeded hash order, one mutation kind per file (rotating), at most
     `per_file` sites per file drawn with random.Random(seed:path), each reaching its fix by the
@@ -284,41 +288,74 @@ def synthetic_conversations(files: Sequence[tuple[str, str]], n: int, seed: int,
     schemas the calls are checked against). A `rename` share of them
     get fresh names for the function, its folder and module (`fresh_names`): a name the
     model cannot have memorised must be copied from the context, which is what the grep,
-    nl and edit turns of a task of an unseen repository need. Deterministic."""
-    out: list[tuple[str, list[dict]]] = []
+    nl and edit turns of a task of an unseen repository need. Deterministic, and the same for
+    any number of `workers` (processes that make the files' conversations in parallel)."""
     words = identifier_words(files) if rename > 0 else []
     order = sorted(files, key=lambda f: _rank(seed, f[0]))
-    for i, (path, text) in enumerate(order):
-        if len(out) >= n:
-            break
-        kind = kinds[i % len(kinds)]
-        found = candidate_sites(text, [kind], path)
-        if found is None:
-            continue
-        sites, reference = found
-        rng = random.Random(_rank(seed, path))
-        rng.shuffle(sites)
-        got = 0
-        for site in sites:
-            if got >= per_file or len(out) >= n:
+    recipe = _Recipe(seed, tuple(kinds), max_lines, min(per_file, n), max_tool_output_chars, rename,
+                     max_guesses, recovery, tuple(tools), tuple(words))
+    jobs = [(i, path, text) for i, (path, text) in enumerate(order)]
+    out: list[tuple[str, list[dict]]] = []
+    if workers <= 1:
+        for job in jobs:
+            if len(out) >= n:
                 break
-            if mutated_if_valid(text, site, reference, path) is None:
-                continue
-            msgs = synthetic_messages(text, path, site, max_lines, max_tool_output_chars,
-                                      max_guesses)
-            if msgs is None:
-                continue
-            sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"
-            pick = random.Random(_rank(seed, sid))
-            if words and pick.random() < rename:
-                mapping = fresh_names(msgs, path, site.function, words, pick)
-                msgs = rename_identifiers(msgs, mapping)
-                sid += ":renamed"
-            if recovery > 0 and pick.random() < recovery:
-                msgs = with_recovery(msgs, tools, pick)
-                sid += ":recovery"
-            out.append((sid, msgs))
-            got += 1
+            out += _file_conversations(recipe, job)[: n - len(out)]
+        return out
+    # spawn, not fork: the stage's process holds torch's and the tokenizer's threads
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for made in pool.map(functools.partial(_file_conversations, recipe), jobs, chunksize=8):
+            out += made[: n - len(out)]
+            if len(out) >= n:
+                pool.shutdown(wait=True, cancel_futures=True)
+                break
+    return out
+
+
+@dataclass(frozen=True)
+class _Recipe:
+    """What `synthetic_conversations` makes each file's conversations with."""
+
+    seed: int
+    kinds: tuple[str, ...]
+    max_lines: int
+    per_file: int
+    max_tool_output_chars: int
+    rename: float
+    max_guesses: int
+    recovery: float
+    tools: tuple[dict, ...]
+    words: tuple[str, ...]
+
+
+def _file_conversations(r: _Recipe, job: tuple[int, str, str]) -> list[tuple[str, list[dict]]]:
+    """The conversations of file number `i` of the seeded order (at most r.per_file)."""
+    i, path, text = job
+    found = candidate_sites(text, [r.kinds[i % len(r.kinds)]], path)
+    if found is None:
+        return []
+    sites, reference = found
+    rng = random.Random(_rank(r.seed, path))
+    rng.shuffle(sites)
+    out: list[tuple[str, list[dict]]] = []
+    for site in sites:
+        if len(out) >= r.per_file:
+            break
+        if mutated_if_valid(text, site, reference, path) is None:
+            continue
+        msgs = synthetic_messages(text, path, site, r.max_lines, r.max_tool_output_chars, r.max_guesses)
+        if msgs is None:
+            continue
+        sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"
+        pick = random.Random(_rank(r.seed, sid))
+        if r.words and pick.random() < r.rename:
+            mapping = fresh_names(msgs, path, site.function, r.words, pick)
+            msgs = rename_identifiers(msgs, mapping)
+            sid += ":renamed"
+        if r.recovery > 0 and pick.random() < r.recovery:
+            msgs = with_recovery(msgs, r.tools, pick)
+            sid += ":recovery"
+        out.append((sid, msgs))
     return out
 
 

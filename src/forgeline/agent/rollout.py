@@ -239,7 +239,6 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                         fut.result()
                 collect(block=False)
         collect(block=True)
-        collect(block=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for ep in started.values():  # what an error left open

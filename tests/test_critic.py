@@ -128,8 +128,9 @@ def test_pure_parts():
     assert [len(s[k]) for k in ("train", "val", "test")] == [6, 2, 2]
     assert not (set(s["train"]) & set(s["val"])) and not (set(s["val"]) & set(s["test"]))
     assert s != critic.split_tasks([f"t{i}" for i in range(10)], {"train": 0.6, "val": 0.2, "test": 0.2}, 4)
-    b = critic.token_batches([100, 900, 300, 300, 50], 1000, 1, 1)
+    b = critic.make_batches([100, 900, 300, 300, 50], 1000, 1, 1)
     assert sorted(i for x in b for i in x) == list(range(5))
+    assert critic.make_batches([100, 900, 300, 300, 50], 1000, 1, 1, shuffle=False) == [[0], [1], [2, 3, 4]]
     with pytest.raises(config.ConfigError, match="unknown key 'epochz'"):
         config.merged(PARAMS.train.critic, {"epochz": 3})
     with pytest.raises(config.ConfigError, match="lora: unknown key 'rank'"):

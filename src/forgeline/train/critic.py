@@ -29,7 +29,6 @@ import copy
 import hashlib
 import logging
 import math
-import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,6 +38,7 @@ from forgeline.agent.rewards import OUTCOMES, token_rewards
 from forgeline.config import as_dict
 from forgeline.params import AdapterConfig, CriticConfig, RewardConfig
 from forgeline.plots import figure, save_png
+from forgeline.train.sft import make_batches
 from forgeline.provenance import (MANIFEST_NAME, Manifest, atomic_dir, read_jsonl,
                                   write_json)
 from forgeline.seeds import stage_seed
@@ -128,27 +128,6 @@ def split_tasks(tasks: Sequence[str], fractions: Mapping[str, float], seed: int)
     n_test = min(sizes["test"], n - n_val)
     return {"val": sorted(ids[:n_val]), "test": sorted(ids[n_val:n_val + n_test]),
             "train": sorted(ids[n_val + n_test:])}
-
-
-def token_batches(lengths: Sequence[int], tokens_per_batch: int, seed: int, epoch: int,
-                  shuffle: bool = True) -> list[list[int]]:
-    """Index batches: indices shuffled by random.Random(f"{seed}:{epoch}") (or in order), packed
-    so that len(batch) x longest <= tokens_per_batch (a longer single one is a batch alone)."""
-    order = list(range(len(lengths)))
-    if shuffle:
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in order:
-        if cur and max(longest, lengths[i]) * (len(cur) + 1) > tokens_per_batch:
-            batches.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, lengths[i])
-    if cur:
-        batches.append(cur)
-    return batches
 
 
 # -- the value model --------------------------------------------------------------------------
@@ -286,7 +265,7 @@ def predict(model, examples: Sequence[Mapping[str, Any]], pad_id: int, tokens_pe
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        for idx in token_batches([len(e["tokens"]) for e in examples], tokens_per_batch, 0, 0, shuffle=False):
+        for idx in make_batches([len(e["tokens"]) for e in examples], tokens_per_batch, 0, 0, shuffle=False):
             batch = [examples[i] for i in idx]
             ids, _, _ = collate_values(batch, pad_id)
             values = model(ids)
@@ -343,7 +322,7 @@ def train_critic(model, train: Sequence[Mapping[str, Any]], val: Sequence[Mappin
     bar = tqdm(total=int(cfg.epochs), desc="critic", unit="epoch", disable=not progress)
     for epoch in range(1, int(cfg.epochs) + 1):
         model.train()
-        for idx in token_batches(lengths, tpb, seed, epoch):
+        for idx in make_batches(lengths, tpb, seed, epoch):
             lr = float(cfg.lr) * min(1.0, (step + 1) / max(int(cfg.warmup_steps), 1))
             for g in opt.param_groups:
                 g["lr"] = lr

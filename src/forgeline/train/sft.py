@@ -96,12 +96,14 @@ def truncate_example(example: Mapping[str, Any], max_len: int) -> dict[str, Any]
 
 # -- batching and the loss --------------------------------------------------------------------
 
-def make_batches(lengths: Sequence[int], tokens_per_batch: int, seed: int, epoch: int) -> list[list[int]]:
-    """Index batches for one epoch: indices shuffled by random.Random(f"{seed}:{epoch}"), then
-    packed in that order so that len(batch) x max length <= tokens_per_batch (a longer single
-    example is a batch alone). Every index appears exactly once."""
+def make_batches(lengths: Sequence[int], tokens_per_batch: int, seed: int, epoch: int,
+                 shuffle: bool = True) -> list[list[int]]:
+    """Index batches for one epoch: indices shuffled by random.Random(f"{seed}:{epoch}") (or in
+    order), then packed in that order so that len(batch) x max length <= tokens_per_batch (a
+    longer single example is a batch alone). Every index appears exactly once."""
     order = list(range(len(lengths)))
-    random.Random(f"{seed}:{epoch}").shuffle(order)
+    if shuffle:
+        random.Random(f"{seed}:{epoch}").shuffle(order)
     batches: list[list[int]] = []
     cur: list[int] = []
     longest = 0

@@ -243,7 +243,9 @@ def test_layout_and_task_toml(project):
         "split_digest_scheme": "forgeline.split.v1",
         "content_digest": dict(split_json["instances"][split_name])[iid],
         "repo_image": snap.image, "fail_to_pass": 1, "pass_to_pass": 2}
-    assert conf["verifier"] == {"timeout_sec": 180.0, "environment_mode": "separate", "user": "root"}
+    # the verifier's limit: the config's test limit plus harbor.VERIFIER_MARGIN_S
+    assert conf["verifier"] == {"timeout_sec": PARAMS.sandbox.test_timeout_s + 60.0,
+                                "environment_mode": "separate", "user": "root"}
     assert conf["agent"] == {"timeout_sec": 1800.0, "user": "forgeline"}
     # no docker_image: Harbor would run it INSTEAD of building the Dockerfile (no bug in it)
     assert conf["environment"] == {"cpus": 1, "memory_mb": 1024, "network_mode": "no-network"}
@@ -258,7 +260,7 @@ def test_layout_and_task_toml(project):
     assert cfg["fail_to_pass"] == inst[iid]["FAIL_TO_PASS"]
     assert cfg["pass_to_pass"] == inst[iid]["PASS_TO_PASS"]
     assert cfg["restore"] == ["tests/conftest.py", "tests/test_beta.py"]
-    assert cfg["test_timeout_s"] == 120.0
+    assert cfg["test_timeout_s"] == float(PARAMS.sandbox.test_timeout_s)
     dockerfile = (task / "environment/Dockerfile").read_text()
     assert "ARG BASE_IMAGE=debian:bookworm-slim" in dockerfile
     packages = yaml.safe_load((ROOT / "params.yaml").read_text())["sandbox"]["docker"]["base_image"]["packages"]
@@ -463,7 +465,7 @@ def test_harbor_loads_and_lints_every_task(project, src_project, harbor_python, 
         assert got["verifier_mode"] == "separate" and got["verifier_env_dir"] == "environment"
         assert got["bundled_tests"] is False and got["docker_image"] is None
         assert (got["network_mode"], got["cpus"], got["memory_mb"]) == ("no-network", 1, 1024)
-        assert got["agent"] == [1800.0, "forgeline"] and got["verifier"] == [180.0, "root"]
+        assert got["agent"] == [1800.0, "forgeline"] and got["verifier"] == [PARAMS.sandbox.test_timeout_s + 60.0, "root"]
         assert got["artifacts"] == ["/testbed"]  # the agent's repo, copied to the verifier
         assert got["metadata"]["instance_id"] == d.name and got["dump_round_trip"]
 

@@ -92,7 +92,9 @@ def make_project(dest: Path) -> Path:
     params["train"]["ppo"].update(steps=1, tasks_per_step=1, threads=1)
     params["train"]["grpo"].update(steps=1, tasks_per_step=1, group_size=2, threads=1)
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
-                                        "heldout": ["results/validated/epsilon.jsonl"]}, threads=1)
+                                        "heldout": ["results/validated/epsilon.jsonl"]}, threads=2)
+    # (an evaluation holds both cores, so it cannot start beside a job on the way to the adapter:
+    # test_workflow checks that those run first; the engine generates on one thread anyway)
     params["evaluation"]["gate"]["panel"] = "test"  # the tiny project has no train panel
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return dest

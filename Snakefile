@@ -1,6 +1,7 @@
 # forgeline: the DAG of a code-agent RL experiment, one artifact per target.
 # Table of contents only: each phase lives in rules/<phase>.smk and calls the `forgeline` CLI.
 from pathlib import Path
+import re
 import sys
 
 from snakemake.utils import min_version
@@ -9,7 +10,7 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from forgeline.workflow.dag import (all_repos, checked_config, checked_yaml, config_args, params_of,
-                                    repo_files, stage_code)
+                                    parent_checkpoint, policy_folder, repo_files, stage_code)
 
 # A config error ends the parse with one message that names the file and line (no stack frames).
 checked_yaml("params.yaml")
@@ -17,7 +18,8 @@ configfile: "params.yaml"
 
 # params.yaml plus any --configfile overlays, in the order Snakemake merged them.
 CONFIG_FILES = ["params.yaml", *[str(f) for f in workflow.overwrite_configfiles]]
-checked_config(config, CONFIG_FILES)
+# the same config, typed (forgeline.params.ParamsConfig): for what the rules compute from it
+PARAMS = checked_config(config, CONFIG_FILES)
 CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]

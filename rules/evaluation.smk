@@ -2,8 +2,16 @@
 # config and seeds); the paired tables and the report are built from those results.
 
 PANELS = config["evaluation"]["panels"]
-POLICIES = config["evaluation"]["policies"]
+POLICIES = PARAMS.evaluation.policies
 EVAL_BASE = config["evaluation"]["base"]
+# the (panel, policy) cells evaluated: each policy on its panels (every panel unless it names some)
+EVAL_CELLS = [(panel, policy) for policy in sorted(POLICIES) for panel in PARAMS.evaluation.panels_of(policy)]
+
+
+def eval_files(suffix):
+    return [f"results/eval/{panel}/{policy}{suffix}" for panel, policy in EVAL_CELLS]
+
+
 # every artifact's manifest, for the report's sha256 table (folders carry theirs inside)
 MANIFEST_FILES = [
     *expand("results/{step}/{repo}.manifest.json", step=["candidates", "tasks", "validated"], repo=ALL_REPOS),
@@ -14,7 +22,7 @@ MANIFEST_FILES = [
     "results/report/rulegraph.manifest.json",
     "results/tasks/funnel.manifest.json", "results/harbor/manifest.json",
     "results/rollouts/train.manifest.json",
-    *expand("results/eval/{panel}/{policy}.manifest.json", panel=PANELS, policy=POLICIES),
+    *eval_files(".manifest.json"),
     "results/eval/tables/manifest.json",
 ]
 # How the base policy was made, for the report, when the tiny model is built here (source sft):
@@ -24,16 +32,19 @@ COPY_PRETRAINED = BASE_SOURCE == "sft" and any(
     phase["steps"] for phase in config["policy"]["init"]["copy"].values() if isinstance(phase, dict))
 BASE_CURVES = [*(["copy_curve"] if COPY_PRETRAINED else []), *(["sft_curve"] if BASE_SOURCE == "sft" else [])]
 # the report's figures (PNG + caption .rst each; every one but the DAG also as CSV: DVC plots)
-REPORT_PLOTS = ["success", "outcomes", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "ppo_curve"]
+REPORT_PLOTS = ["success", "outcomes", "dag", "funnel", *BASE_CURVES, "difficulty", "critic_curve", "rl_curves",
+                "ppo_curve"]
+# the RL runs (name -> adapter folder): PPO, GRPO and the warm starts of train.warm_start
+RL_RUNS = {name: PARAMS.train.run_folder(name) for name in ["ppo", "grpo", *sorted(WARM)]}
 MANIFEST_DIRS = [*(["results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
-                 "results/critic", "results/adapter", "results/adapter-grpo"]
+                 "results/critic", *RL_RUNS.values()]
 
 
 rule evaluate:
     input:
         tasks=lambda w: PANELS[w.panel],
-        policy=lambda w: POLICIES[w.policy]["path"],
-        base=lambda w: POLICIES[w.policy].get("base", []),
+        policy=lambda w: POLICIES[w.policy].path,
+        base=lambda w: POLICIES[w.policy].base or [],
         images=expand("results/images/{repo}.json", repo=ALL_REPOS if DOCKER else []),
         code=stage_code("forgeline.evaluation.evaluate"),
     output:
@@ -45,6 +56,8 @@ rule evaluate:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "evaluation.k",
                        "evaluation.k_per_panel", "evaluation.seeds", "evaluation.threads", "evaluation.dtype"),
         base=lambda w, input: f"--base {input.base}" if input.base else "",
+        # a checkpoint of the run's series, or the folder itself
+        policy=lambda w: policy_folder(POLICIES[w.policy]),
     wildcard_constraints:
         panel="|".join(PANELS),
         policy="|".join(POLICIES),
@@ -56,15 +69,15 @@ rule evaluate:
         runtime=120,
     shell:
         "forgeline evaluate {CONFIG} --tasks {input.tasks} --panel {wildcards.panel}"
-        " --policy {input.policy} {params.base} --name {wildcards.policy}"
+        " --policy {params.policy} {params.base} --name {wildcards.policy}"
         " --out {output.results} --episodes {output.episodes} --manifest {output.manifest} --log {log}"
 
 
 rule tables:
     input:
-        results=expand("results/eval/{panel}/{policy}.jsonl", panel=PANELS, policy=POLICIES),
+        results=eval_files(".jsonl"),
         # the episode records: how each episode ended (outcome classes, sandbox errors included)
-        episodes=expand("results/eval/{panel}/{policy}.episodes.jsonl", panel=PANELS, policy=POLICIES),
+        episodes=eval_files(".episodes.jsonl"),
         code=stage_code("forgeline.evaluation.tables"),
     output:
         markdown="results/eval/tables/tables.md",
@@ -115,8 +128,7 @@ rule report:
         init=["results/policy/init"] if COPY_PRETRAINED else [],
         sft=["results/policy/sft"] if BASE_SOURCE == "sft" else [],
         critic="results/critic",
-        ppo="results/adapter",
-        grpo="results/adapter-grpo",
+        runs=list(RL_RUNS.values()),
         tables="results/eval/tables/metrics.json",
         tables_json="results/eval/tables/tables.json",
         manifests=MANIFEST_FILES,
@@ -126,6 +138,7 @@ rule report:
         folder_manifests=[f"{d}/manifest.json" for d in sorted(set(MANIFEST_DIRS))],
         copy_curve=lambda w, input: f"--copy-curve {input.init}/copy_curve.json" if input.init else "",
         sft_curve=lambda w, input: f"--sft-curve {input.sft}/loss_curve.json" if input.sft else "",
+        runs=" ".join(f"{name}={folder}" for name, folder in RL_RUNS.items()),
     output:
         html=report("results/report/report.html", caption="../docs/report-caption.rst",
                     category="evidence"),
@@ -144,7 +157,6 @@ rule report:
         "forgeline report {CONFIG} --out-dir results/report --dag {input.dag} --funnel {input.funnel}"
         " --split {input.split} --images {input.images} {params.copy_curve} {params.sft_curve}"
         " --difficulty {input.difficulty}"
-        " --critic {input.critic}/metrics.json --ppo-log {input.ppo}/train_log.jsonl"
-        " --grpo-log {input.grpo}/train_log.jsonl"
+        " --critic {input.critic}/metrics.json --runs {params.runs}"
         " --metrics {input.tables} --tables-md results/eval/tables/tables.md --tables-json {input.tables_json}"
         " --manifests {input.manifests} {params.folder_manifests} --manifest {output.manifest} --log {log}"

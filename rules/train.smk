@@ -1,7 +1,11 @@
 # Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic;
 # PPO then trains a LoRA adapter of the actor on the train split with that critic. GRPO trains
 # another adapter from the same base, split and sandbox with no critic (group-relative
-# advantages). Checkpoints (resume state, not an artifact) live in .forgeline/, outside results/.
+# advantages). Each adapter folder carries its checkpoint series (checkpoints/step-NNNNNN/); a
+# warm start (train.warm_start) continues a run from one of them. Resume state is not an
+# artifact: it lives in .forgeline/, outside results/.
+
+WARM = PARAMS.train.warm_start
 
 
 rule offline_rollouts:
@@ -95,3 +99,33 @@ rule grpo:
     shell:
         "forgeline grpo {CONFIG} --policy {input.policy} --tasks {input.tasks} --out {output.adapter}"
         " --checkpoints .forgeline/grpo-checkpoints --log {log}"
+
+
+rule warm_start:
+    input:
+        policy=BASE_POLICY,
+        parent=lambda w: PARAMS.train.run_folder(WARM[w.name].parent),
+        tasks="results/split/train.jsonl",
+        images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
+        code=lambda w: stage_code(f"forgeline.train.{PARAMS.train.algorithm(w.name)}"),
+    output:
+        adapter=directory("results/warm/{name}"),
+    params:
+        conf=lambda w: params_of(config, "seed", "repos.root", "sandbox", "agent", "serving",
+                                 f"train.{PARAMS.train.algorithm(w.name)}", f"train.warm_start.{w.name}"),
+        algorithm=lambda w: PARAMS.train.algorithm(w.name),
+        parent=lambda w: parent_checkpoint(PARAMS, w.name),
+        steps=lambda w: WARM[w.name].steps,
+    wildcard_constraints:
+        name="|".join(map(re.escape, WARM)) or "(?!)",
+    log:
+        "logs/warm_start/{name}.log",
+    threads: lambda w: getattr(PARAMS.train, PARAMS.train.algorithm(w.name)).threads
+    resources:
+        mem_mb=8000,
+        runtime=240,
+        gpus=0,
+    shell:
+        "forgeline {params.algorithm} {CONFIG} --policy {input.policy} --parent {params.parent}"
+        " --steps {params.steps} --tasks {input.tasks} --out {output.adapter}"
+        " --checkpoints .forgeline/warm-checkpoints/{wildcards.name} --log {log}"

@@ -214,7 +214,8 @@ def world(tmp_path_factory, tok):
 
 def _args(world, out: Path, **kw) -> argparse.Namespace:
     base = dict(policy=str(world["policy"]), tasks=[str(world["tasks"])], out=str(out), checkpoints=None,
-                manifest=None, stop_after=0, base_url=None, served_model=None)
+                manifest=None, stop_after=0, base_url=None, served_model=None,
+                parent=None, steps=0)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -264,6 +265,12 @@ def test_stage_writes_an_adapter_log_plots_and_manifest(world, uninterrupted):
     assert summary["step"] == 2 and summary["tensors"] > 0
     weights = _adapter(out)
     assert any(float(t.abs().max()) > 0 for k, t in weights.items() if "lora_B" in k)  # it moved off the base
+    # the series: an adapter per checkpoint step (every step here), no critic; the last is the final one
+    index = json.loads((out / "checkpoints.json").read_text())
+    assert [(e["step"], e["clip_frac"]) for e in index] == [(r["step"], r["clip_frac"]) for r in rows]
+    assert not (out / index[0]["path"] / "critic").exists()
+    last = _adapter(out / index[-1]["path"])
+    assert all(torch.equal(last[k], weights[k]) for k in weights)
 
 
 def test_stage_resumes_an_interrupted_run_to_the_same_adapter(world, uninterrupted, tmp_path):

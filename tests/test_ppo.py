@@ -149,13 +149,16 @@ def world(tmp_path_factory, tok):
                   "command_timeout_s": 30, "temperature": 1.0, "rollout": {"concurrency": 2}},
         "train": {"ppo": {**config.as_dict(PPO), "steps": 2, "tasks_per_step": 4, "checkpoint_every": 1,
                           "keep_checkpoints": 0, "minibatches": 2, "actor_lr": 1e-2,
-                          "lora": {"dropout": 0.05}}}}).data
+                          "lora": {"dropout": 0.05}}},
+        # the embedded default evaluates PPO's step-8 checkpoint: a step of this 2-step run instead
+        "evaluation": {"policies": {"ppo-8": {"step": 2}}}}).data
     return {"root": root, "policy": policy, "critic": root / "critic", "tasks": root / "tasks.jsonl", "data": data}
 
 
 def _args(world, out: Path, **kw) -> argparse.Namespace:
     base = dict(policy=str(world["policy"]), critic=str(world["critic"]), tasks=[str(world["tasks"])],
-                out=str(out), checkpoints=None, manifest=None, stop_after=0, base_url=None, served_model=None)
+                out=str(out), checkpoints=None, manifest=None, stop_after=0, base_url=None, served_model=None,
+                parent=None, steps=0)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -252,6 +255,59 @@ def test_interrupted_run_resumes_to_the_same_adapter(world, uninterrupted, tmp_p
     assert run_dir in dirs and len(dirs) == 2
     [new_dir] = [d for d in dirs if d != run_dir]
     assert ppo_checkpoints.latest_checkpoint(new_dir).name == "step-000001"
+
+
+def test_the_series_keeps_an_adapter_and_critic_per_checkpoint_step(world, uninterrupted):
+    """checkpoint_every 1 over 2 steps: two series entries, each a PEFT adapter with its summary
+    and the critic of that step; the last one is the final adapter; checkpoints.json lists them
+    with the train log's numbers of their steps."""
+    out = uninterrupted
+    index = json.loads((out / "checkpoints.json").read_text())
+    rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in index] == [1, 2]
+    for entry, row in zip(index, rows):
+        folder = out / entry["path"]
+        assert json.loads((folder / "checkpoint-summary.json").read_text())["step"] == entry["step"]
+        assert (entry["success_rate"], entry["reward_mean"]) == (row["success_rate"], row["reward_mean"])
+        assert (folder / "critic" / "model.safetensors").is_file()
+    last, first = _adapter(out / index[-1]["path"]), _adapter(out / index[0]["path"])
+    final = _adapter(out)
+    assert all(torch.equal(final[k], last[k]) for k in final)
+    assert any(not torch.equal(first[k], last[k]) for k in first)  # step 2 moved the adapter
+    # the manifest's digest covers the series
+    man = json.loads((out / "manifest.json").read_text())
+    assert any(o["path"].endswith("checkpoints") and o["kind"] == "dir" and o["files"] > 0 for o in man["outputs"])
+
+
+def test_a_warm_start_continues_the_parents_checkpoint_with_a_fresh_optimizer(world, uninterrupted, tmp_path):
+    """The child of the step-1 checkpoint runs step 2 (steps counted from the parent's). Its
+    episodes are the parent's own step-2 episodes (same step seeds, same weights: the step-1
+    adapter), so its rollout numbers equal the parent's; its update starts from a fresh optimizer,
+    so its adapter is not the parent's step-2 adapter."""
+    parent = uninterrupted / "checkpoints" / "step-000001"
+    out = tmp_path / "child"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PATH", _env()["PATH"])
+    try:
+        ppo.run(Config(data=world["data"]), _args(world, out, critic=None, parent=str(parent), steps=1))
+    finally:
+        mp.undo()
+    child = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    ref = [json.loads(x) for x in (uninterrupted / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in child] == [2]
+    same = ("reward_mean", "success_rate", "drops", "solved", "episodes", "kept", "tokens")
+    assert {k: child[0][k] for k in same} == {k: ref[1][k] for k in same}
+    assert json.loads((out / "checkpoint-summary.json").read_text())["step"] == 2
+    assert [e["step"] for e in json.loads((out / "checkpoints.json").read_text())] == [2]
+    a, b = _adapter(out), _adapter(uninterrupted)
+    assert any(not torch.allclose(a[k], b[k]) for k in a)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["notes"]["parent"] == {"path": str(parent), "step": 1} and man["notes"]["steps"] == 1
+    assert str(parent) in {i["path"] for i in man["inputs"]} and str(parent / "critic") in {i["path"] for i in man["inputs"]}
+    # a parent of another adapter shape is refused, naming both
+    world_r4 = config.deep_merge(world["data"], {"train": {"ppo": {"lora": {"r": 4}}}})
+    with pytest.raises(SystemExit, match=r"adapter_config.json: the parent's adapter .*'r': 8.*builds {'r': 4"):
+        ppo.run(Config(data=world_r4), _args(world, tmp_path / "bad", critic=None, parent=str(parent), steps=1))
 
 
 def test_torchrun_two_processes_equal_one(world, uninterrupted, tmp_path):

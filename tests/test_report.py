@@ -115,7 +115,8 @@ def _inputs(tmp: Path) -> dict[str, object]:
         {"step": s, "epoch": s // 15, "loss": round(5.0 - 0.1 * s, 6), "tokens": 100, "examples": 4,
          "lr": 2e-4, "grad_norm": 1.5} for s in range(30)])
     # step 0 kept no episode: the PPO log then has null statistics (ppo.py writes None)
-    (tmp / "train_log.jsonl").write_text("".join(json.dumps({
+    (tmp / "adapter").mkdir()
+    (tmp / "adapter" / "train_log.jsonl").write_text("".join(json.dumps({
         "step": s, "reward_mean": -0.2 + 0.05 * s if s else None, "success_rate": 0.1 * s,
         "kl": 0.01 * s if s else None, "clip_frac": 0.02 if s else None, "value_loss": 0.3 if s else None,
         "ev": 0.05 * s if s else None, "entropy": 1.2 if s else None, "policy_loss": -0.01 if s else None,
@@ -123,9 +124,15 @@ def _inputs(tmp: Path) -> dict[str, object]:
         "solved": {"alpha.1": s} if s else {}, "episodes": 16, "kept": 15 if s else 0, "tokens": 4000 if s else 0,
         "wall_s": 12.5, "time": {"generation": 8.0, "sandbox": 2.0, "critic": 1.0, "actor": 1.5}}) + "\n"
         for s in range(5)))
-    # GRPO's log: 3 successes a step, 2 of them on alpha.2
-    (tmp / "grpo_log.jsonl").write_text("".join(json.dumps({
-        "step": s, "success_rate": 3 / 8, "episodes": 8, "solved": {"alpha.2": 2, "beta.1": 1}}) + "\n"
+    # its series: a checkpoint at steps 2 and 4 (the last)
+    write_json(tmp / "adapter" / "checkpoints.json", [
+        {"step": s, "path": f"checkpoints/step-{s:06d}", "success_rate": 0.1 * s, "reward_mean": -0.2 + 0.05 * s,
+         "kl": 0.01 * s, "clip_frac": 0.02} for s in (2, 4)])
+    # GRPO's log: 3 successes a step, 2 of them on alpha.2; one group of two dropped at step 1
+    (tmp / "adapter-grpo").mkdir()
+    (tmp / "adapter-grpo" / "train_log.jsonl").write_text("".join(json.dumps({
+        "step": s, "success_rate": 3 / 8, "episodes": 8, "solved": {"alpha.2": 2, "beta.1": 1},
+        "kl": 0.001 * s, "clip_frac": 0.01, "groups": 2, "groups_dropped": int(s == 1)}) + "\n"
         for s in range(1, 5)))
     # tables: the original experiment's 3 / 32 / 3 on the test panel
     base = [0] * 3 + [1] * 3 + [1] * 5 + [0] * 27
@@ -148,8 +155,8 @@ def _inputs(tmp: Path) -> dict[str, object]:
     return {"dag": str(tmp / "dag.dot"), "funnel": str(tmp / "funnel.json"), "split": str(tmp / "split.json"),
             "images": [str(tmp / "alpha.image.json")], "difficulty": [str(tmp / "difficulty.json")],
             "copy_curve": str(tmp / "copy_curve.json"), "sft_curve": str(tmp / "loss_curve.json"),
-            "critic": str(tmp / "critic.json"), "ppo_log": str(tmp / "train_log.jsonl"),
-            "grpo_log": str(tmp / "grpo_log.jsonl"), "tables_json": str(tmp / "tables.json"),
+            "critic": str(tmp / "critic.json"),
+            "runs": [f"ppo={tmp / 'adapter'}", f"grpo={tmp / 'adapter-grpo'}"], "tables_json": str(tmp / "tables.json"),
             "metrics": str(tmp / "metrics.json"), "tables_md": str(tmp / "tables.md"),
             "manifests": [str(tmp / "split.manifest.json"), str(tmp / "funnel.manifest.json")]}
 
@@ -169,7 +176,7 @@ def normalized_page(page: str, inputs: Path) -> str:
 
 def _args(out: Path, **given) -> argparse.Namespace:
     base = {"out_dir": str(out), "title": "forgeline evidence report", "dag": None, "funnel": None, "split": None,
-            "images": [], "difficulty": [], "copy_curve": None, "sft_curve": None, "critic": None, "ppo_log": None, "grpo_log": None, "metrics": None, "tables_md": None, "tables_json": None,
+            "images": [], "difficulty": [], "copy_curve": None, "sft_curve": None, "critic": None, "runs": [], "metrics": None, "tables_md": None, "tables_json": None,
             "manifests": [], "manifest": None}
     return argparse.Namespace(**{**base, **given})
 
@@ -180,7 +187,7 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     rp.run(Config(data={}), _args(out, **inputs))
     page = (out / "report.html").read_text()
     for anchor in ("result", "tables", "attribution", "dag", "funnel", "split", "images", "base", "difficulty",
-                   "critic", "ppo", "artifacts"):
+                   "critic", "rl", "ppo", "artifacts"):
         assert f'<section id="{anchor}">' in page
     assert "Not part of this build" not in page
     # the result stated plainly, as the tables say it
@@ -205,13 +212,18 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     assert "<code>ingest</code> &rarr; <code>funnel</code>" in page
     assert (out / "dag.svg").exists() or (out / "dag.png").read_bytes().startswith(b"\x89PNG")
     # plots as files, CSVs for dvc plots, captions for snakemake --report
-    for name in ("success", "outcomes", "funnel", "copy_curve", "sft_curve", "difficulty", "critic_curve", "ppo_curve"):
+    for name in ("success", "outcomes", "funnel", "copy_curve", "sft_curve", "difficulty", "critic_curve", "rl_curves",
+                 "ppo_curve"):
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert (out / f"{name}.rst").read_text().strip()
         assert len((out / f"{name}.csv").read_text().splitlines()) >= 2
     ppo_csv = (out / "ppo_curve.csv").read_text().splitlines()
     assert ppo_csv[0].endswith("drops_alignment,drops_outcome") and len(ppo_csv) == 6
     assert ppo_csv[1].startswith("0,,0.0,,") and ppo_csv[1].endswith(",16,0")  # nulls stay empty
+    # PPO and GRPO side by side: the dropped share is of episodes (PPO) or of groups (GRPO)
+    rl_csv = (out / "rl_curves.csv").read_text().splitlines()
+    assert rl_csv[0] == "run,step,success_rate,kl,clip_frac,dropped" and len(rl_csv) == 1 + 5 + 4
+    assert rl_csv[1] == "ppo,0,0.0,,,1.0" and rl_csv[6] == "grpo,1,0.375,0.001,0.01,0.5"
     assert (out / "critic_curve.csv").read_text().splitlines()[0] == "epoch,train_mse,val_mse,train_ev,val_ev"
     assert (out / "difficulty.csv").read_text() == "c,tasks\n0,1\n1,1\n2,1\n"
     # how the base policy was made: the facts of both curves, their rows as CSV
@@ -239,12 +251,28 @@ def test_report_has_every_section_the_verdict_and_the_plots(tmp_path):
     assert normalized_page(page, tmp_path / "in") == GOLDEN_PAGE.read_text(encoding="utf-8")
 
 
+def test_the_checkpoint_series_table_names_the_evaluated_checkpoints(tmp_path):
+    """A policy of the evaluation that is a checkpoint of a run (its folder and step; the final
+    adapter is the last checkpoint) is named in that checkpoint's row, with its success per panel."""
+    inputs = _inputs(tmp_path / "in")
+    adapter = str(tmp_path / "in" / "adapter")
+    page, _ = rp.build(_args(tmp_path / "out", **inputs),
+                       {"ppo": {"path": adapter, "step": None}, "ppo-2": {"path": adapter + "/", "step": 2},
+                        "base": {"path": "results/policy/sft", "step": None}})
+    table = page[page.index("<h3>Checkpoint series</h3>"):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]
+    assert len(rows) == 2
+    assert "<td>ppo-2</td>" in rows[0] and "<td>ppo</td>" in rows[1]
+    assert "test: 0.2105 (ppo)" in rows[1] and "test:" not in rows[0]  # ppo-2 has no results here
+
+
 def test_report_with_few_inputs_says_what_is_missing(tmp_path):
     inputs = _inputs(tmp_path / "in")
     out = tmp_path / "partial"
     rp.run(Config(data={}), _args(out, metrics=inputs["metrics"], split=inputs["split"]))
     page = (out / "report.html").read_text()
-    assert ("Not part of this build: failure attribution, PPO log, GRPO log, DAG, task funnel, images, copy "
+    assert ("Not part of this build: failure attribution, RL runs, DAG, task funnel, images, copy "
             "pre-training curve, SFT loss curve, difficulty, critic metrics, artifact manifests.") in page
     assert '<section id="base">' not in page
     assert "no significant difference (p=1.00" in page

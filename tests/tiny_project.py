@@ -89,10 +89,18 @@ def make_project(dest: Path) -> Path:
     params["train"]["sft"]["synthetic"].update(examples=4, max_file_bytes=4000)
     params["train"]["rollouts"]["samples_per_task"] = 2
     params["train"]["critic"].update(epochs=1, threads=1, max_seq_len=1024)
-    params["train"]["ppo"].update(steps=1, tasks_per_step=1, threads=1)
+    # two PPO steps with a checkpoint each: its step-1 checkpoint is evaluated and warm-started
+    params["train"]["ppo"].update(steps=2, tasks_per_step=1, threads=1, checkpoint_every=1)
     params["train"]["grpo"].update(steps=1, tasks_per_step=1, group_size=2, threads=1)
+    params["train"]["warm_start"] = {"ppo-more": {"parent": "ppo", "step": 1, "steps": 1}}
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
                                         "heldout": ["results/validated/epsilon.jsonl"]}, threads=2)
+    params["evaluation"]["policies"].pop("ppo-8")
+    params["evaluation"]["policies"].update({
+        "ppo-1": {"path": "results/adapter", "step": 1, "base": "results/policy/sft", "panels": ["test"]},
+        "ppo-more": {"path": "results/warm/ppo-more", "base": "results/policy/sft", "panels": ["test"]}})
+    params["evaluation"]["pairs"] = [{"policy": "grpo", "against": "ppo"}, {"policy": "ppo", "against": "ppo-1"},
+                                     {"policy": "ppo-more", "against": "ppo-1"}]
     # (an evaluation holds both cores, so it cannot start beside a job on the way to the adapter:
     # test_workflow checks that those run first; the engine generates on one thread anyway)
     params["evaluation"]["gate"]["panel"] = "test"  # the tiny project has no train panel
@@ -130,8 +138,10 @@ def artifact_digests(project: Path) -> dict[str, str]:
 WALL_CLOCK_KEYS = {"timing", "time", "wall_s", "mean_wall_s", "wall_s_ratio"}
 WALL_CLOCK_FILES = ("results/eval/tables/tables.md", "results/eval/tables/tables.csv",
                     "results/report/report.html", "results/adapter/checkpoint-summary.json",
-                    "results/adapter-grpo/checkpoint-summary.json",
-                    "results/publish/adapter/checkpoint-summary.json", "results/publish/adapter/README.md")
+                    "results/adapter-grpo/checkpoint-summary.json", "results/warm/*/checkpoint-summary.json",
+                    "results/publish/adapter/checkpoint-summary.json", "results/publish/adapter/README.md",
+                    # the sha256 of their adapter_config.json, which names the checkout (below)
+                    "results/*/checkpoints/step-*/checkpoint-summary.json")
 
 
 # Fields that name the checkout a stage ran in: the adapter's base, by absolute path so that
@@ -152,12 +162,13 @@ def _without_wall_clock(value):
 def reproducible_digests(project: Path) -> dict[str, str]:
     """`artifact_digests` with wall-clock time taken out: JSON/JSONL artifacts are hashed
     without WALL_CLOCK_KEYS, WALL_CLOCK_FILES are not compared. What two runs of the same inputs must agree on, byte for byte."""
+    import fnmatch
     import hashlib
     import json
 
     out = {}
     for name, digest in artifact_digests(project).items():
-        if name in WALL_CLOCK_FILES:
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in WALL_CLOCK_FILES):
             continue
         path = project / name
         if name.endswith((".json", ".jsonl")) and "results/harbor/" not in name:

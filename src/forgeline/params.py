@@ -15,6 +15,7 @@ reports them like schema errors, naming the file and line.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
@@ -756,6 +757,30 @@ class GRPOConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarmStartConfig:
+    """`train.warm_start.NAME`: a run started from a checkpoint of another (results/warm/NAME/):
+    the parent's adapter (PPO: and critic), a fresh optimizer, its steps counted on from the parent's."""
+
+    parent: str = spec(pattern=REPO_NAME)
+    """the run it continues: ppo, grpo, or the name of another warm start"""
+    step: int | None = spec(None, ge=1)
+    """the parent's checkpoint it starts from (one of its series steps; null: its last step)"""
+    steps: int = spec(ge=1)
+    """steps it runs after the parent's, with the config of the parent's algorithm"""
+
+
+def checkpoint_steps(first: int, last: int, every: int) -> list[int]:
+    """The steps after which a PPO/GRPO run of steps first+1..last writes a checkpoint and a
+    series entry: the multiples of `every` (counted from 0, as its parent's were) and the last."""
+    return sorted({s for s in range(first + 1, last + 1) if s % every == 0} | {last})
+
+
+# the runs a warm start can name as its parent besides other warm starts, and their artifacts
+RL_RUNS = {"ppo": "results/adapter", "grpo": "results/adapter-grpo"}
+WARM_DIR = "results/warm"
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """`train`: SFT of the tiny model, the offline rollouts, the critic, PPO and GRPO."""
 
@@ -764,6 +789,51 @@ class TrainConfig:
     critic: CriticConfig
     ppo: PPOConfig
     grpo: GRPOConfig
+    warm_start: dict[str, WarmStartConfig]
+    """name -> a run warm-started from another's checkpoint (results/warm/NAME/)"""
+
+    def algorithm(self, run: str) -> str:
+        """ppo or grpo: the algorithm of a run (a warm start's is its root parent's)."""
+        seen = []
+        while run in self.warm_start and run not in seen:
+            seen.append(run)
+            run = self.warm_start[run].parent
+        return run
+
+    def steps_of(self, run: str) -> tuple[int, int]:
+        """(first, last): a run trains steps first+1..last (a warm start's first is the step of
+        its parent's checkpoint)."""
+        if run in RL_RUNS:
+            return 0, int(getattr(self, run).steps)
+        w = self.warm_start[run]
+        first = w.step if w.step is not None else self.steps_of(w.parent)[1]
+        return first, first + int(w.steps)
+
+    def series_steps(self, run: str) -> list[int]:
+        """The steps of a run's checkpoint series (checkpoint_steps)."""
+        first, last = self.steps_of(run)
+        return checkpoint_steps(first, last, int(getattr(self, self.algorithm(run)).checkpoint_every))
+
+    def run_folder(self, run: str) -> str:
+        return RL_RUNS.get(run) or f"{WARM_DIR}/{run}"
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        for name, w in sorted(self.warm_start.items()):
+            if not re.match(REPO_NAME, name):
+                out.append(("warm_start", f"{name!r}: a warm start's name is a folder name (letters, digits, _ . -)"))
+            elif name in RL_RUNS:
+                out.append(("warm_start", f"{name!r}: a warm start may not be named {' or '.join(RL_RUNS)}; rename it"))
+            elif w.parent not in RL_RUNS and w.parent not in self.warm_start:
+                out.append(("warm_start", f"{name}.parent: {w.parent!r} is none of ppo, grpo, "
+                                          f"{', '.join(sorted(self.warm_start))}"))
+            elif self.algorithm(name) not in RL_RUNS:
+                out.append(("warm_start", f"{name}.parent: the parents of {name} form a cycle"))
+            elif w.step is not None and w.step not in self.series_steps(w.parent):
+                out.append(("warm_start", f"{name}.step: {w.step} is not a checkpoint of {w.parent} (its series: "
+                                          f"steps {', '.join(map(str, self.series_steps(w.parent)))}; "
+                                          f"checkpoint_every sets them)"))
+        return out
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -776,6 +846,10 @@ class EvalPolicyConfig:
     """the model or adapter folder"""
     base: str | None = spec(None, absent_if_none=True)
     """an adapter's base model folder (left out: `path` is a whole model)"""
+    step: int | None = spec(None, ge=1, absent_if_none=True)
+    """a checkpoint of the run whose artifact `path` is: PATH/checkpoints/step-NNNNNN (left out: the final adapter)"""
+    panels: list[str] | None = spec(None, min_items=1, unique=True, absent_if_none=True)
+    """the panels it runs on (left out: every panel)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -854,6 +928,13 @@ class EvaluationConfig:
         return [(p, self.base) for p in sorted(self.policies) if p != self.base] + \
             [(x.policy, x.against) for x in self.pairs]
 
+    def panels_of(self, policy: str) -> list[str]:
+        """The panels a policy runs on (its own list, or every panel)."""
+        return list(self.policies[policy].panels or sorted(self.panels)) if policy in self.policies else []
+
+    def policies_on(self, panel: str) -> list[str]:
+        return [p for p in sorted(self.policies) if panel in self.panels_of(p)]
+
     def problems(self) -> list[tuple[str, str]]:
         out = []
         names = sorted(self.policies)
@@ -879,6 +960,19 @@ class EvaluationConfig:
                                     f"({', '.join(f'{a} against {b}' for a, b in pairs)}); add it to evaluation.pairs"))
             if g.panel not in self.panels:
                 out.append(("gate.panel", f"{g.panel!r} is not a key of evaluation.panels ({', '.join(sorted(self.panels))})"))
+        for name, policy in sorted(self.policies.items()):
+            for panel in policy.panels or ():
+                if panel not in self.panels:
+                    out.append(("policies", f"{name}.panels: {panel!r} is not a key of evaluation.panels "
+                                            f"({', '.join(sorted(self.panels))})"))
+        for policy, against in pairs:
+            if not set(self.panels_of(policy)) & set(self.panels_of(against)):
+                out.append(("pairs", f"{policy} against {against}: no panel runs both (their panels: "
+                                     f"{', '.join(self.panels_of(policy))}; {', '.join(self.panels_of(against))})"))
+        if self.gate is not None and self.gate.panel in self.panels \
+                and not {self.gate.policy, self.gate.against} <= set(self.policies_on(self.gate.panel)):
+            out.append(("gate.panel", f"{self.gate.panel} does not run both {self.gate.policy} and {self.gate.against} "
+                                      f"(see their panels)"))
         if self.seeds is not None and len(self.seeds) != self.k:
             out.append(("seeds", f"{len(self.seeds)} seeds for k={self.k}"))
         for panel, k in sorted(self.k_per_panel.items()):
@@ -939,3 +1033,15 @@ class ParamsConfig:
     train: TrainConfig
     evaluation: EvaluationConfig
     publish: PublishConfig
+
+    def problems(self) -> list[tuple[str, str]]:
+        """A policy that names a checkpoint of a run of this config names one of its series."""
+        out = []
+        runs = {self.train.run_folder(r): r for r in [*RL_RUNS, *self.train.warm_start]}
+        for name, policy in sorted(self.evaluation.policies.items()):
+            run = runs.get(policy.path.rstrip("/"))
+            if policy.step is not None and run is not None and policy.step not in self.train.series_steps(run):
+                out.append(("evaluation", f"evaluation.policies.{name}.step: {policy.step} is not a checkpoint of "
+                                          f"{run} ({policy.path}: steps "
+                                          f"{', '.join(map(str, self.train.series_steps(run)))})"))
+        return out

@@ -121,6 +121,26 @@ def plot_ppo(rows: Sequence[Mapping[str, Any]], gates: Sequence[str]):
     return fig
 
 
+def plot_rl_runs(rows: Sequence[Mapping[str, Any]], runs: Sequence[str]):
+    """The RL runs side by side (one line per run, at its own step numbers: a warm start goes on
+    from its parent's step): success rate, KL to the base, clip fraction, and the share of the
+    step's training signal dropped (PPO: episodes failing a gate; GRPO: groups without signal)."""
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 5.5))
+    panels = (("success_rate", "success rate (train episodes)"), ("kl", "KL to the base (nats/token)"),
+              ("clip_frac", "clip fraction"), ("dropped", "dropped share (PPO: episodes, GRPO: groups)"))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for run in runs:
+            mine = [r for r in rows if r["run"] == run]
+            ax.plot([r["step"] for r in mine], [float("nan") if r.get(key) is None else r[key] for r in mine],
+                    "-o", ms=2.5, lw=1.2, label=run)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_copy_curve(rows: Sequence[Mapping[str, Any]], ends: Sequence[Mapping[str, Any]]):
     """Loss and copy accuracy per step, one colour per phase (the same in both panels); a dotted
     line where each phase but the last ends."""

@@ -34,10 +34,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from forgeline.evaluation.attribution import (FAILURE_CLASSES, OUTCOME_CLASSES, concentration_sentence,
                                               training_concentration)
 from forgeline.evaluation.charts import (graphviz_svg, plot_copy_curve, plot_critic, plot_dag, plot_difficulty,
-                                         plot_funnel, plot_outcomes, plot_ppo, plot_sft_curve, plot_success,
-                                         png_bytes)
+                                         plot_funnel, plot_outcomes, plot_ppo, plot_rl_runs, plot_sft_curve,
+                                         plot_success, png_bytes)
 from forgeline.evaluation.stats import format_p, verdict
 from forgeline.provenance import Manifest, atomic_path, read_jsonl, write_text
+from forgeline.train.series import SERIES_INDEX, TRAIN_LOG
 
 log = logging.getLogger(__name__)
 STAGE = "evaluation.report"
@@ -147,6 +148,48 @@ def ppo_rows(log_lines: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[s
         row.update({f"drops_{g}": int((line.get("drops") or {}).get(g, 0)) for g in gates})
         rows.append(row)
     return rows, gates
+
+
+RL_COLUMNS = ("run", "step", "success_rate", "kl", "clip_frac", "dropped")
+
+
+def rl_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[dict]:
+    """One row per (run, step) of the RL runs' train logs with RL_COLUMNS; `dropped` is the share
+    of the step's training signal left out: GRPO's groups without signal where the log counts
+    groups, else the episodes that failed a validity gate."""
+    rows = []
+    for run, lines in runs:
+        for line in sorted(lines, key=lambda x: x["step"]):
+            if "groups" in line:
+                dropped = line["groups_dropped"] / line["groups"] if line["groups"] else None
+            else:
+                dropped = sum((line.get("drops") or {}).values()) / line["episodes"] if line.get("episodes") else None
+            rows.append({"run": run, "step": line["step"], **{k: line.get(k) for k in ("success_rate", "kl", "clip_frac")},
+                         "dropped": dropped})
+    return rows
+
+
+SERIES_COLUMNS = ("run", "step", "checkpoint", "success_rate", "kl", "evaluated_as", "evaluated")
+
+
+def series_rows(series: Sequence[tuple[str, str, Sequence[Mapping[str, Any]]]],
+                policies: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> list[dict]:
+    """The checkpoint series table: per run (name, folder, its checkpoints.json) and checkpoint,
+    the train log's success rate and KL at that step, and the evaluation policies that are that
+    checkpoint (`policies`: name -> {path, step}; the final adapter is its last checkpoint) with
+    their success per panel (metrics.json)."""
+    rows = []
+    for run, folder, entries in series:
+        last = max((e["step"] for e in entries), default=None)
+        for e in entries:
+            names = sorted(n for n, p in policies.items() if p["path"].rstrip("/") == folder.rstrip("/")
+                           and (p.get("step") or last) == e["step"])
+            scores = [f"{panel}: {_fmt(metrics[panel][n]['success_rate'])} ({n})" for n in names
+                      for panel in sorted(metrics or {}) if n in (metrics or {}).get(panel, {})]
+            rows.append({"run": run, "step": e["step"], "checkpoint": f"{folder}/{e['path']}",
+                         "success_rate": e.get("success_rate"), "kl": e.get("kl"),
+                         "evaluated_as": ", ".join(names), "evaluated": "; ".join(scores)})
+    return rows
 
 
 COPY_COLUMNS = ("step", "phase", "loss", "copy_accuracy", "lr")
@@ -342,6 +385,10 @@ CAPTIONS = {
     "outcomes": "How the episodes ended, per panel and policy: the share of each outcome class (solved, wrong "
                 "fix, invalid call, step limit, timeout, context exceeded, sandbox error; "
                 "forgeline.evaluation.attribution).",
+    "rl_curves": "The RL runs side by side per step (PPO, GRPO and any warm start, which goes on from its "
+                 "parent's step): success rate of the step's episodes, KL to the base policy, clip fraction, and "
+                 "the share of the step's signal dropped (PPO: episodes failing a validity gate; GRPO: groups "
+                 "whose episodes all got the same reward).",
     "ppo_curve": "PPO training per step: mean reward, success rate, KL to the reference policy, the critic's "
                  "explained variance, the clip fraction and the episodes dropped by each gate.",
 }
@@ -359,8 +406,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--copy-curve", help="copy_curve.json of policy-init (the tiny base policy's copying)")
     parser.add_argument("--sft-curve", help="loss_curve.json of sft (the tiny base policy's SFT)")
     parser.add_argument("--critic", help="the critic's metrics.json")
-    parser.add_argument("--ppo-log", help="PPO train_log.jsonl")
-    parser.add_argument("--grpo-log", help="GRPO train_log.jsonl (with PPO's: where the training successes came from)")
+    parser.add_argument("--runs", nargs="*", default=[], metavar="NAME=DIR",
+                        help="RL runs' adapter folders (train_log.jsonl, checkpoints.json), e.g. ppo=results/adapter "
+                             "grpo=results/adapter-grpo: their curves side by side, the checkpoint series, where "
+                             "the training successes came from; the run named ppo also gets PPO's own section")
     parser.add_argument("--metrics", help="metrics.json of the tables stage")
     parser.add_argument("--tables-json", help="tables.json of the tables stage (detectable effects, failure "
                                               "attribution, the gate's decision)")
@@ -612,6 +661,24 @@ def critic_section(report: Report, critic: Mapping[str, Any] | None) -> None:
                    + html_table(summary, ("split", "mse", "ev", "baseline_mse", "episodes", "tasks")))
 
 
+def rl_section(report: Report, runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+               series: Sequence[tuple[str, str, Sequence[Mapping[str, Any]]]],
+               policies: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> None:
+    """The RL runs' curves side by side and their checkpoint series (which checkpoints the
+    evaluation ran, and how they did)."""
+    if not runs:
+        return
+    rows = rl_rows(runs)
+    table = series_rows(series, policies, metrics)
+    report.section("rl", "RL runs and checkpoints",
+                   report.figure("rl_curves", plot_rl_runs(rows, [name for name, _ in runs]), rows, RL_COLUMNS)
+                   + "<h3>Checkpoint series</h3><p>Each run keeps an adapter at every checkpoint step "
+                     "(<code>checkpoints/step-NNNNNN/</code> of its folder); success rate and KL are of that step's "
+                     "training episodes; <em>evaluated</em>: the policies of the evaluation that are that checkpoint, "
+                     "with their success rate per panel.</p>"
+                   + html_table(table, SERIES_COLUMNS, mono=("checkpoint",)))
+
+
 def ppo_section(report: Report, log_lines: Sequence[Mapping[str, Any]] | None) -> None:
     """PPO's curves per step and where its last step ended."""
     if log_lines is None:
@@ -634,16 +701,30 @@ def artifacts_section(report: Report, manifests: Sequence[tuple[str, Mapping[str
                    html_table(rows, ("path", "stage", "kind", "bytes", "sha256"), mono=("path", "sha256")))
 
 
-def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
-    """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs."""
+def run_folders(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """[(name, folder)] of --runs NAME=DIR, in the given order."""
+    out = []
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not folder:
+            raise SystemExit(f"--runs {spec!r}: expected NAME=DIR, e.g. ppo=results/adapter")
+        out.append((name, folder))
+    return out
+
+
+def build(args: argparse.Namespace, policies: Mapping[str, Mapping[str, Any]] | None = None
+          ) -> tuple[str, dict[str, bytes | str]]:
+    """(the HTML page, {file name: content} of the plots, CSVs and captions) from the inputs;
+    `policies` (evaluation.policies: name -> {path, step}) name the evaluated checkpoints."""
     report = Report()
     metrics = report.load(args.metrics, "evaluation tables")
     tables = report.load(args.tables_json, "failure attribution")
     result_section(report, metrics, tables)
     tables_section(report, metrics, _read_text(args.tables_md) if metrics is not None and args.tables_md else None)
-    ppo_log = report.load(args.ppo_log, "PPO log", read_jsonl)
-    grpo_log = report.load(args.grpo_log, "GRPO log", read_jsonl)
-    attribution_section(report, tables, [(n, x) for n, x in (("ppo", ppo_log), ("grpo", grpo_log)) if x is not None])
+    runs = [(name, folder, read_jsonl(Path(folder) / TRAIN_LOG)) for name, folder in run_folders(args.runs)]
+    if not runs:
+        report.missing.append("RL runs")
+    attribution_section(report, tables, [(name, lines) for name, _, lines in runs])
     dag_section(report, report.load(args.dag, "DAG", _read_text))
     funnel_section(report, report.load(args.funnel, "task funnel"))
     split_section(report, report.load(args.split, "split"))
@@ -652,18 +733,24 @@ def build(args: argparse.Namespace) -> tuple[str, dict[str, bytes | str]]:
                         report.load(args.sft_curve, "SFT loss curve"))
     difficulty_section(report, report.load_each(args.difficulty, "difficulty"))
     critic_section(report, report.load(args.critic, "critic metrics"))
-    ppo_section(report, ppo_log)
+    series = [(name, folder, _read_json(Path(folder) / SERIES_INDEX)) for name, folder, _ in runs
+              if (Path(folder) / SERIES_INDEX).is_file()]
+    rl_section(report, [(name, lines) for name, _, lines in runs], series, policies or {}, metrics)
+    ppo_section(report, next((lines for name, _, lines in runs if name == "ppo"), None))
     artifacts_section(report, report.load_each(sorted(args.manifests), "artifact manifests"))
     return page(args.title, report.sections, report.missing), report.files
 
 
 def run(cfg, args: argparse.Namespace) -> None:
     inputs = [p for p in (args.dag, args.funnel, args.split, args.copy_curve, args.sft_curve, args.critic,
-                          args.ppo_log, args.grpo_log, args.metrics, args.tables_md, args.tables_json) if p] \
-        + list(args.difficulty) + list(args.images) + list(args.manifests)
+                          args.metrics, args.tables_md, args.tables_json) if p] \
+        + [folder for _, folder in run_folders(args.runs)] + list(args.difficulty) + list(args.images) \
+        + list(args.manifests)
     manifest = Manifest(stage=STAGE, inputs=inputs, code=__name__)
+    policies = {name: {"path": p.path, "step": p.step} for name, p in cfg.evaluation.policies.items()} \
+        if "evaluation" in cfg.data else {}
     with manifest.timed("build"):
-        text, files = build(args)
+        text, files = build(args, policies)
     out = Path(args.out_dir)
     outputs = []
     for name in sorted(files):

@@ -22,7 +22,8 @@ Per step (top to bottom in `run_step`):
    `checkpoint_every` steps a checkpoint (adapter, optimizer, RNG states, the log so far).
 
 Outputs (`--out`, e.g. results/adapter-grpo/): the PEFT adapter, `train_log.jsonl`,
-`checkpoint-summary.json`, `grpo_curve.png`, then the manifest. Checkpoints (`--checkpoints`,
+`checkpoint-summary.json`, `grpo_curve.png`, the series (`checkpoints/step-NNNNNN/`,
+`checkpoints.json`), then the manifest. Checkpoints (`--checkpoints`,
 default OUT-checkpoints; in it <fingerprint>/step-NNNNNN/state.pt): a rerun resumes from the
 latest one of its fingerprint (`forgeline.train.ppo_checkpoints`).
 """
@@ -37,27 +38,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tqdm import tqdm
-
 from forgeline.agent.rollout import rollout
 from forgeline.config import as_dict
 from forgeline.params import AgentConfig
 from forgeline.plots import figure, save_png
-from forgeline.policy.engine import GenerationClock, HFEngine, OpenAIEngine, open_adapter_server
-from forgeline.policy.serve import load_lora_adapter
-from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl, write_json
+from forgeline.policy.engine import GenerationClock, open_adapter_server
+from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train.distributed import allreduce_, barrier, gather, setup_distributed, teardown_distributed
 from forgeline.train.grpo_update import GRPOTrainer, assign_advantages
 from forgeline.train.ppo import GATES, drop_counts, episode_sample, finite, solved_tasks
-from forgeline.train.ppo_checkpoints import (SUMMARY, base_reference, checkpoint_summary, folder_digest,
-                                             resume, run_fingerprint, save_adapter, save_checkpoint)
+from forgeline.train.ppo_checkpoints import base_reference, folder_digest, run_fingerprint
 from forgeline.train.ppo_update import make_actor
+from forgeline.train.rl_stage import (add_warm_start_arguments, export, load_parent_adapter, run_notes,
+                                       train_steps)
 
 log = logging.getLogger(__name__)
 STAGE = "train.grpo"
-TRAIN_LOG = "train_log.jsonl"
 
 # -- groups (pure) ------------------------------------------------------------------------------
 
@@ -104,6 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="+", required=True, help="the train pool task JSONL file(s)")
     parser.add_argument("--out", required=True, help="the adapter folder to write")
     parser.add_argument("--checkpoints", help="checkpoint folder (default: OUT-checkpoints)")
+    add_warm_start_arguments(parser)
     parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
     parser.add_argument("--stop-after", type=int, default=0,
                         help="stop after this step without writing the outputs, as an interruption "
@@ -192,72 +191,48 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
     ckpt_root = Path(args.checkpoints) if args.checkpoints else out.with_name(out.name + "-checkpoints")
     tasks = {t["instance_id"]: t for f in args.tasks for t in read_jsonl(f)}
     task_ids = sorted(tasks)
-    fingerprint = run_fingerprint(c, a, task_ids, {"policy": folder_digest(args.policy)})
+    inputs = {"policy": folder_digest(args.policy), **({"parent": folder_digest(args.parent)} if args.parent else {})}
+    fingerprint = run_fingerprint(c, a, task_ids, inputs)
     ckpt_root = ckpt_root / fingerprint[:16]
     manifest = Manifest(stage=STAGE, params={"train.grpo": as_dict(c), "agent": as_dict(a),
                                              "serving": as_dict(cfg.serving)},
-                        seeds={"grpo": seed}, inputs=[args.policy, *args.tasks], code=__name__)
+                        seeds={"grpo": seed}, inputs=[args.policy, *args.tasks, *([args.parent] if args.parent else [])],
+                        code=__name__)
 
     tokenizer = AutoTokenizer.from_pretrained(args.policy)
     base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).to(device)
     actor = make_actor(base, c.lora, seed)
+    first = load_parent_adapter(actor, args.parent) if args.parent else 0
     if float(a.top_p) != 1.0:
         raise SystemExit(f"agent.top_p is {a.top_p}: GRPO needs 1.0 (its log-probs are of the whole "
                          "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
     trainer = GRPOTrainer(actor, c, seed, rank, world, device, temperature=float(a.temperature))
-    rows, start, latest = resume(ckpt_root, fingerprint, trainer)
-    if latest is not None and rank == 0:
-        log.info("resuming from %s (step %d)", latest, start)
-
-    name = Path(args.policy).name
-    if base_url:
-        if not served_model:
-            raise SystemExit("--base-url needs --served-model")
-        engine = OpenAIEngine(base_url, served_model, tokenizer=tokenizer)
-    else:
-        engine = HFEngine(actor, tokenizer)
     sandbox = get_sandbox(cfg.sandbox)
-    served: str | None = None
-    steps = int(c.steps)
-    bar = tqdm(range(start + 1, steps + 1), desc="grpo", unit="step", disable=rank != 0, initial=start, total=steps)
+    name = Path(args.policy).name
+    last = first + (args.steps or int(c.steps))
+    base_ref = base_reference(args.policy, cfg.policy.base)
+
+    def step(n: int, engine) -> dict:
+        groups = [(g, tasks[iid], s) for g, iid, s in step_groups(task_ids, n, seed, int(c.tasks_per_step),
+                                                                  int(c.group_size))]
+        return run_step(n, groups, trainer, engine, sandbox, a, Path(cfg.repos.root),
+                        float(cfg.sandbox.test_timeout_s), name, c.advantage)
+
     with manifest.timed("train"):
-        for step in bar:
-            if base_url:  # the current adapter into the vLLM server, before generating
-                live = ckpt_root / "live" / f"step-{step:06d}"
-                if rank == 0:
-                    save_adapter(actor, live)
-                    load_lora_adapter(engine, f"{name}-grpo-{step}", live, served)
-                barrier(world)
-                served = engine.model = f"{name}-grpo-{step}"
-            groups = [(g, tasks[iid], s) for g, iid, s in step_groups(task_ids, step, seed, int(c.tasks_per_step),
-                                                                      int(c.group_size))]
-            row = run_step(step, groups, trainer, engine, sandbox, a, Path(cfg.repos.root),
-                           float(cfg.sandbox.test_timeout_s), name, c.advantage)
-            rows.append(row)
-            bar.set_postfix(success=row["success_rate"], trained=row["trained"], dropped=row["groups_dropped"])
-            if step % int(c.checkpoint_every) == 0 or step == steps:
-                if rank == 0:
-                    save_checkpoint(ckpt_root, step, trainer, rows, fingerprint, int(c.keep_checkpoints))
-                barrier(world)
-            if args.stop_after and step >= args.stop_after:
-                log.info("stopping after step %d (--stop-after): no outputs written", step)
-                return
+        done = train_steps("grpo", trainer, tokenizer, ckpt_root, fingerprint, first, last, int(c.checkpoint_every),
+                           int(c.keep_checkpoints), base_ref, step, ("success_rate", "trained", "groups_dropped"),
+                           base_url, served_model, name, None, args.stop_after)
+    if done is None:
+        return
+    rows, resumed = done
     if rank == 0:
-        with atomic_dir(out, owned=(MANIFEST_NAME, "adapter_config.json")) as tmp:
-            save_adapter(actor, tmp, base_reference(args.policy, cfg.policy.base))
-            (tmp / TRAIN_LOG).write_text("".join(canonical_json(r) + "\n" for r in rows), encoding="utf-8")
-            plot_log(rows, tmp)
-            write_json(tmp / SUMMARY, checkpoint_summary(tmp, steps))
-        outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
-        last = rows[-1] if rows else {}
-        manifest.notes = {"steps": steps, "resumed_from": start, "world_size": world, "device": str(device),
-                          "tasks": len(task_ids), "episodes": sum(r["episodes"] for r in rows),
-                          "kept": sum(r["kept"] for r in rows), "trained": sum(r["trained"] for r in rows),
-                          "groups": sum(r["groups"] for r in rows),
-                          "groups_dropped": sum(r["groups_dropped"] for r in rows),
-                          "drops": {g: sum(r["drops"][g] for r in rows) for g in GATES},
-                          "last": {k: last.get(k) for k in ("reward_mean", "success_rate", "kl", "clip_frac")},
-                          "engine": engine_kind, "fingerprint": fingerprint}
+        outputs = export(out, actor, rows, ckpt_root, first, last, base_ref, plot_log)
+        manifest.notes = run_notes(rows, first, last, resumed, args.parent, GATES,
+                                   ("reward_mean", "success_rate", "kl", "clip_frac"), world_size=world,
+                                   device=str(device), tasks=len(task_ids), engine=engine_kind,
+                                   fingerprint=fingerprint, trained=sum(r["trained"] for r in rows),
+                                   groups=sum(r["groups"] for r in rows),
+                                   groups_dropped=sum(r["groups_dropped"] for r in rows))
         manifest.write(Path(args.manifest) if args.manifest else out / MANIFEST_NAME, outputs=outputs)
-        log.info("grpo: %d steps; adapter in %s", steps, out)
+        log.info("grpo: steps %d-%d; adapter in %s", first + 1, last, out)
     barrier(world)

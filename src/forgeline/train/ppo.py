@@ -21,7 +21,8 @@ Per step (the loop of the original experiment, top to bottom in `run_step`):
 7. Actor: `ppo_epochs` passes over `minibatches` minibatches of the clipped surrogate
    (+ kl_coef * mean KL to the base (k3) with `kl_mode: loss`, - entropy_coef * entropy).
 8. Log one line of train_log.jsonl; every `checkpoint_every` steps a checkpoint (adapter, critic,
-   both optimizers, RNG states, the log so far).
+   both optimizers, RNG states, the log so far) and an entry of the series (the adapter and the
+   critic of that step, `forgeline.train.rl_stage`).
 
 Episodes are processed one at a time in the updates (micro-batch = one episode; each forward
 seeded by (step, phase, pass, episode) so LoRA dropout does not depend on the batch); every
@@ -29,12 +30,14 @@ loss is divided by the token count of the WHOLE minibatch, so the sum over episo
 processes is the minibatch loss, and all-reduced (summed) gradients are the single-process ones.
 
 Outputs (`--out`, e.g. results/adapter/): the PEFT adapter (`adapter_config.json`,
-`adapter_model.safetensors`), `train_log.jsonl`, `checkpoint-summary.json`, plots, then the
-manifest. Checkpoints (`--checkpoints`, default OUT-checkpoints; in it
-<fingerprint>/step-NNNNNN/state.pt): a rerun resumes from the latest one of its fingerprint.
+`adapter_model.safetensors`), `train_log.jsonl`, `checkpoint-summary.json`, plots, the series
+(`checkpoints/step-NNNNNN/`, `checkpoints.json`), then the manifest. Checkpoints (`--checkpoints`,
+default OUT-checkpoints; in it <fingerprint>/step-NNNNNN/state.pt): a rerun resumes from the
+latest one of its fingerprint. `--parent` warm-starts from a series entry of another run.
 
-This module is the stage: the step loop, episodes -> samples, the train log and its plots. The
-update (steps 4-7) is `forgeline.train.ppo_update`, checkpoints and the adapter's files
+This module is the stage: a step, episodes -> samples, the train log and its plots. The loop
+around the steps (resume, series, warm start, the artifact) is `forgeline.train.rl_stage`, the
+update (steps 4-7) `forgeline.train.ppo_update`, checkpoints and the adapter's files
 `forgeline.train.ppo_checkpoints`, the process group `forgeline.train.distributed`, and where
 the policy generates (in process, or a vLLM server the adapter is loaded into each step)
 `forgeline.policy.engine.open_adapter_server`.
@@ -51,28 +54,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tqdm import tqdm
-
 from forgeline.agent.rewards import episode_return, token_rewards
 from forgeline.agent.rollout import rollout
 from forgeline.config import as_dict
 from forgeline.params import AgentConfig, RewardConfig
 from forgeline.plots import figure, save_png
-from forgeline.policy.engine import GenerationClock, HFEngine, OpenAIEngine, open_adapter_server
-from forgeline.policy.serve import load_lora_adapter
-from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, canonical_json, read_jsonl, write_json
+from forgeline.policy.engine import GenerationClock, open_adapter_server
+from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.seeds import derive_seed, stage_seed
-from forgeline.train.critic import load_value_model
+from forgeline.train.critic import load_value_model, save_value_model
 from forgeline.train.distributed import allreduce_, barrier, gather, setup_distributed, teardown_distributed
-from forgeline.train.ppo_checkpoints import (SUMMARY, base_reference, checkpoint_summary, folder_digest,
-                                             resume, run_fingerprint, save_adapter, save_checkpoint)
+from forgeline.train.ppo_checkpoints import base_reference, folder_digest, run_fingerprint
 from forgeline.train.ppo_update import PPOTrainer, make_actor
+from forgeline.train.rl_stage import (add_warm_start_arguments, export, load_parent_adapter, run_notes,
+                                       train_steps)
 
 log = logging.getLogger(__name__)
 STAGE = "train.ppo"
 GATES = ("outcome", "labels", "trajectory", "alignment")
-TRAIN_LOG = "train_log.jsonl"
+CRITIC_DIR = "critic"  # in each checkpoint of the series: the critic a warm start continues with
 
 # -- episodes -> samples (pure) ----------------------------------------------------------------
 
@@ -173,10 +174,12 @@ def plot_log(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True, help="the base policy folder (SFT policy)")
-    parser.add_argument("--critic", required=True, help="the pretrained critic folder (stage critic)")
+    parser.add_argument("--critic", help="the pretrained critic folder (stage critic); with --parent, "
+                        "the parent's critic/ unless given")
     parser.add_argument("--tasks", nargs="+", required=True, help="the train pool task JSONL file(s)")
     parser.add_argument("--out", required=True, help="the adapter folder to write")
     parser.add_argument("--checkpoints", help="checkpoint folder (default: OUT-checkpoints)")
+    add_warm_start_arguments(parser)
     parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
     parser.add_argument("--stop-after", type=int, default=0,
                         help="stop after this step without writing the outputs, as an interruption "
@@ -261,76 +264,59 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
     seed = stage_seed(cfg.seed, STAGE)
     out = Path(args.out)
     ckpt_root = Path(args.checkpoints) if args.checkpoints else out.with_name(out.name + "-checkpoints")
+    critic_dir = args.critic or (args.parent and str(Path(args.parent) / CRITIC_DIR))
+    if not critic_dir:
+        raise SystemExit("ppo needs --critic (the pretrained critic), or --parent (its critic/ is used)")
     tasks = {t["instance_id"]: t for f in args.tasks for t in read_jsonl(f)}
     task_ids = sorted(tasks)
-    inputs = {"policy": folder_digest(args.policy), "critic": folder_digest(args.critic)}
+    inputs = {"policy": folder_digest(args.policy), "critic": folder_digest(critic_dir),
+              **({"parent": folder_digest(args.parent)} if args.parent else {})}
     fingerprint = run_fingerprint(c, a, task_ids, inputs)
     # one folder per (config, pool, inputs): an interrupted run resumes, a changed one starts afresh
     ckpt_root = ckpt_root / fingerprint[:16]
     manifest = Manifest(stage=STAGE, params={"train.ppo": as_dict(c), "agent": as_dict(a),
                                              "serving": as_dict(cfg.serving)},
                         seeds={"ppo": seed},
-                        inputs=[args.policy, args.critic, *args.tasks], code=__name__)
+                        inputs=[args.policy, critic_dir, *args.tasks, *([args.parent] if args.parent else [])],
+                        code=__name__)
 
     tokenizer = AutoTokenizer.from_pretrained(args.policy)
     base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32).to(device)
     actor = make_actor(base, c.lora, seed)
-    critic = load_value_model(args.critic, c.critic_mode, c.critic_lora, seed).to(device)
+    first = load_parent_adapter(actor, args.parent) if args.parent else 0
+    critic = load_value_model(critic_dir, c.critic_mode, c.critic_lora, seed).to(device)
     if float(a.top_p) != 1.0:
         raise SystemExit(f"agent.top_p is {a.top_p}: PPO needs 1.0 (its log-probs are of the whole "
                          "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
     trainer = PPOTrainer(actor, critic, c, seed, rank, world, device, temperature=float(a.temperature))
-    rows, start, latest = resume(ckpt_root, fingerprint, trainer)
-    if latest is not None and rank == 0:
-        log.info("resuming from %s (step %d)", latest, start)
-
-    name = Path(args.policy).name
-    if base_url:
-        if not served_model:
-            raise SystemExit("--base-url needs --served-model")
-        engine = OpenAIEngine(base_url, served_model, tokenizer=tokenizer)
-    else:
-        engine = HFEngine(actor, tokenizer)
     sandbox = get_sandbox(cfg.sandbox)
-    served: str | None = None
-    steps = int(c.steps)
-    bar = tqdm(range(start + 1, steps + 1), desc="ppo", unit="step", disable=rank != 0, initial=start, total=steps)
+    name = Path(args.policy).name
+    last = first + (args.steps or int(c.steps))
+    base_ref = base_reference(args.policy, cfg.policy.base)
+
+    def step(n: int, engine) -> dict:
+        pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, n, seed, int(c.tasks_per_step),
+                                                          int(c.samples_per_task))]
+        return run_step(n, pairs, trainer, engine, sandbox, a, Path(cfg.repos.root),
+                        float(cfg.sandbox.test_timeout_s), name)
+
+    def save_critic(folder: Path) -> None:  # a warm start continues with this critic
+        (folder / CRITIC_DIR).mkdir()
+        save_value_model(trainer.critic, folder / CRITIC_DIR)
+
     with manifest.timed("train"):
-        for step in bar:
-            if base_url:  # the current adapter into the vLLM server, before generating
-                live = ckpt_root / "live" / f"step-{step:06d}"
-                if rank == 0:
-                    save_adapter(actor, live)
-                    load_lora_adapter(engine, f"{name}-ppo-{step}", live, served)
-                barrier(world)
-                served = engine.model = f"{name}-ppo-{step}"
-            pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, step, seed, int(c.tasks_per_step),
-                                                              int(c.samples_per_task))]
-            row = run_step(step, pairs, trainer, engine, sandbox, a, Path(cfg.repos.root),
-                           float(cfg.sandbox.test_timeout_s), name)
-            rows.append(row)
-            bar.set_postfix(reward=row["reward_mean"], success=row["success_rate"], kept=row["kept"])
-            if step % int(c.checkpoint_every) == 0 or step == steps:
-                if rank == 0:
-                    save_checkpoint(ckpt_root, step, trainer, rows, fingerprint, int(c.keep_checkpoints))
-                barrier(world)
-            if args.stop_after and step >= args.stop_after:
-                log.info("stopping after step %d (--stop-after): no outputs written", step)
-                return
+        done = train_steps("ppo", trainer, tokenizer, ckpt_root, fingerprint, first, last, int(c.checkpoint_every),
+                           int(c.keep_checkpoints), base_ref, step, ("reward_mean", "success_rate", "kept"),
+                           base_url, served_model, name, save_critic, args.stop_after)
+    if done is None:
+        return
+    rows, resumed = done
     if rank == 0:
-        with atomic_dir(out, owned=(MANIFEST_NAME, "adapter_config.json")) as tmp:
-            save_adapter(actor, tmp, base_reference(args.policy, cfg.policy.base))
-            (tmp / TRAIN_LOG).write_text("".join(canonical_json(r) + "\n" for r in rows), encoding="utf-8")
-            plot_log(rows, tmp)
-            write_json(tmp / SUMMARY, checkpoint_summary(tmp, steps))
-        outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
-        last = rows[-1] if rows else {}
-        manifest.notes = {"steps": steps, "resumed_from": start, "world_size": world, "device": str(device),
-                          "tasks": len(task_ids), "episodes": sum(r["episodes"] for r in rows),
-                          "kept": sum(r["kept"] for r in rows),
-                          "drops": {g: sum(r["drops"][g] for r in rows) for g in GATES},
-                          "last": {k: last.get(k) for k in ("reward_mean", "success_rate", "kl", "ev")},
-                          "engine": engine_kind, "fingerprint": fingerprint}
+        outputs = export(out, actor, rows, ckpt_root, first, last, base_ref, plot_log)
+        manifest.notes = run_notes(rows, first, last, resumed, args.parent, GATES,
+                                   ("reward_mean", "success_rate", "kl", "ev"), world_size=world,
+                                   device=str(device), tasks=len(task_ids), engine=engine_kind,
+                                   fingerprint=fingerprint)
         manifest.write(Path(args.manifest) if args.manifest else out / MANIFEST_NAME, outputs=outputs)
-        log.info("ppo: %d steps; adapter in %s", steps, out)
+        log.info("ppo: steps %d-%d; adapter in %s", first + 1, last, out)
     barrier(world)

@@ -7,7 +7,9 @@ from typing import Iterable
 
 from forgeline import config as config_mod
 from forgeline.codedeps import write_stamp
+from forgeline.params import EvalPolicyConfig, ParamsConfig
 from forgeline.sandbox.snapshot import snapshot_files
+from forgeline.train.series import SERIES, series_dir
 
 
 def config_args(files: Iterable[str | Path]) -> str:
@@ -40,16 +42,29 @@ def checked_yaml(*files: str | Path) -> None:
         raise SystemExit(f"forgeline: {exc}") from None
 
 
-def checked_config(config: dict, files: Iterable[str | Path]) -> None:
+def checked_config(config: dict, files: Iterable[str | Path]) -> ParamsConfig:
     """Validate Snakemake's merged config with forgeline's schema, naming file and line, and
-    check that the files it names exist. A problem ends the parse with the message alone (no
-    stack frames): SystemExit, which Snakemake prints as it is."""
+    check that the files it names exist; returns it typed. A problem ends the parse with the
+    message alone (no stack frames): SystemExit, which Snakemake prints as it is."""
     paths = [Path(f) for f in files]
     try:
         config_mod.validate(config, paths)
         missing_extra_sources(config, paths)
     except config_mod.ConfigError as exc:
         raise SystemExit(f"forgeline: {exc}") from None
+    return config_mod.build(ParamsConfig, config)
+
+
+def policy_folder(policy: EvalPolicyConfig) -> str:
+    """The folder an evaluated policy is loaded from: its path, or a checkpoint of its series."""
+    return f"{policy.path}/{SERIES}/{series_dir(policy.step)}" if policy.step is not None else policy.path
+
+
+def parent_checkpoint(params: ParamsConfig, name: str) -> str:
+    """The series folder a warm start `name` starts from."""
+    w = params.train.warm_start[name]
+    step = w.step if w.step is not None else params.train.steps_of(w.parent)[1]
+    return f"{params.train.run_folder(w.parent)}/{SERIES}/{series_dir(step)}"
 
 
 def missing_extra_sources(config: dict, files: list[Path]) -> None:
@@ -106,4 +121,5 @@ def all_repos(config: dict) -> list[str]:
     return sorted(set(repos["pool"]) | set(repos["sft"]) | set(repos["panel"]))
 
 
-__all__ = ["all_repos", "checked_config", "checked_yaml", "config_args", "params_of", "repo_files", "stage_code"]
+__all__ = ["all_repos", "checked_config", "checked_yaml", "config_args", "params_of", "parent_checkpoint",
+           "policy_folder", "repo_files", "stage_code"]

@@ -332,7 +332,7 @@ def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, mod
     ppo.run(Config(data=data), argparse.Namespace(
         policy=str(model_dir), critic=str(tmp_path / "critic"), tasks=[str(tmp_path / "tasks.jsonl")],
         out=str(out), checkpoints=str(tmp_path / "ckpt"), manifest=None, stop_after=0, base_url=None,
-        served_model=None))
+        served_model=None, parent=None, steps=0))
     assert _vllm_processes() == before  # the run stopped its server
     notes = json.loads((out / "manifest.json").read_text())["notes"]
     assert notes["engine"] == "vllm" and notes["episodes"] == 4

@@ -163,7 +163,9 @@ def test_hub_base_replaces_the_tiny_policy_phase(tmp_path):
                "evaluation": {"policies": {"base": {"path": "results/policy/hub"},
                                            "ppo": {"path": "results/adapter", "base": "results/policy/hub"},
                                            "grpo": {"path": "results/adapter-grpo",
-                                                    "base": "results/policy/hub"}}}}
+                                                    "base": "results/policy/hub"},
+                                           **{name: {"base": "results/policy/hub"}
+                                              for name in ("ppo-1", "ppo-more")}}}}
     (project / "hub.yaml").write_text(yaml.safe_dump(overlay))
     out = tp.run(project, "snakemake", "-n", "--cores", "2", "--configfile", "hub.yaml").stdout
     jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))

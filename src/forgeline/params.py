@@ -1035,8 +1035,16 @@ class ParamsConfig:
     publish: PublishConfig
 
     def problems(self) -> list[tuple[str, str]]:
-        """A policy that names a checkpoint of a run of this config names one of its series."""
+        """A policy that names a checkpoint of a run of this config names one of its series, and
+        no policy reads the base folder of the other policy.base.source (nothing would build it)."""
         out = []
+        source = self.policy.base.source
+        unbuilt = f"results/policy/{'hub' if source == 'sft' else 'sft'}"
+        for name, policy in sorted(self.evaluation.policies.items()):
+            for key in ("path", "base"):
+                if (getattr(policy, key) or "").rstrip("/") == unbuilt:
+                    out.append(("evaluation", f"evaluation.policies.{name}.{key}: {unbuilt} is not built when "
+                                              f"policy.base.source is {source}; use results/policy/{source}"))
         runs = {self.train.run_folder(r): r for r in [*RL_RUNS, *self.train.warm_start]}
         for name, policy in sorted(self.evaluation.policies.items()):
             run = runs.get(policy.path.rstrip("/"))

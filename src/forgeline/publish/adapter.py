@@ -127,9 +127,10 @@ def evaluation_facts(tables: Mapping[str, Any], ev, adapter: Path, trained: list
 
     `ev`: the evaluation config section; `trained`: the paths of the adapter's training data
     (a panel reading one of them is marked trained_on)."""
-    names = [n for n, p in sorted(ev.policies.items()) if _same(p.path, adapter)]
+    # a policy with a `step` is one of the run's checkpoints, not the adapter published
+    names = [n for n, p in sorted(ev.policies.items()) if _same(p.path, adapter) and p.step is None]
     if len(names) != 1:
-        raise ConfigError(f"evaluation.policies: {len(names)} policies have path {adapter} "
+        raise ConfigError(f"evaluation.policies: {len(names)} policies have path {adapter} and no step "
                           f"({', '.join(names) or 'none'}); expected one")
     policy = names[0]
     panels: dict[str, dict] = {}

@@ -121,7 +121,7 @@ def main() -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
     med = {k: statistics.median(v) for k, v in rows.items()}
     print(f"threads {args.threads}; medians of {args.repeats}; before = {args.before}")
-    print(f"| variant | median s | rate | speed-up |\n|---|---|---|---|")
+    print("| variant | median s | rate | speed-up |\n|---|---|---|---|")
     for k, v in med.items():
         base = med["step: attention mask"] if k.startswith("step") else med["data: before"]
         rate = (f"{tokens / v:,.0f} tokens/s" if k.startswith("step")

@@ -85,6 +85,19 @@ bench-trl:
 	$(TRL_VENV)/bin/pip install -q $(PIP_FIND) '$(TORCH)'
 	$(TRL_VENV)/bin/pip install -q $(TRL_PINS)
 
+# `make bench-trl-grpo`: the venv of the TRL side of bench/grpo_throughput.py (bench/trl_grpo_step.py).
+# A recent TRL (its GRPOTrainer takes an external batch in `_compute_loss`, with a tool mask for
+# multi-turn episodes) on forgeline's own transformers, peft and accelerate, so that only the
+# trainers differ; a venv of its own so that forgeline does not depend on TRL.
+TRL_GRPO_VENV := bench/.venv-trl-grpo
+TRL_GRPO_PINS := trl==1.16.0 transformers==5.25.0 peft==0.21.2 accelerate==1.16.0 datasets==5.2.0
+.PHONY: bench-trl-grpo
+bench-trl-grpo:
+	test -x $(TRL_GRPO_VENV)/bin/python || $(PYTHON) -m venv $(TRL_GRPO_VENV)
+	$(TRL_GRPO_VENV)/bin/pip install -q --upgrade pip
+	$(TRL_GRPO_VENV)/bin/pip install -q $(PIP_FIND) '$(TORCH)'
+	$(TRL_GRPO_VENV)/bin/pip install -q $(TRL_GRPO_PINS)
+
 # `make graders`: the venvs of the reference graders that tests/test_conformance.py and
 # bench/grader_agreement.py grade forgeline's tasks with (scripts/reference_grade.py):
 # .venv-swebench/ (swebench 5.0.2) and .venv-swesmith/ (swesmith 0.0.9, which needs swebench 4.1.0,

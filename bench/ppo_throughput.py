@@ -72,6 +72,37 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
+def tiny_world(work: Path, policy_arg: str | None) -> tuple[dict, Path]:
+    """The bench's world under `work`: the tiny repositories alpha, beta, gamma (the sandbox's
+    python3 = this interpreter, which has pytest), the six tasks of tests/test_critic.py by id,
+    and the policy folder: `policy_arg`, or a fresh model of params.yaml's `policy.init.model`
+    shape with a 1,024-id tokenizer trained here on data/repos/tinycsv."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_critic import make_tasks
+    from tiny_project import TINY_REPOS, write_repo
+
+    from forgeline.policy import model as tiny, tokenizer as tk
+
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for name in ("alpha", "beta", "gamma"):
+        write_repo(work / "repos", name, *TINY_REPOS[name])
+    tasks = {t["instance_id"]: t for t in make_tasks()}
+    if policy_arg:
+        return tasks, Path(policy_arg).resolve()
+    policy = work / "policy"
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    tok = tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=1024)
+    shape = dict(params["policy"]["init"]["model"])
+    embedding_std = shape.pop("embedding_std", None)
+    lm = tiny.init_tiny_qwen3(tiny.tiny_qwen3_config(len(tok), eos_token_id=tok.eos_token_id,
+                                                     pad_token_id=tok.pad_token_id, **shape), 1, embedding_std)
+    tok.save_pretrained(policy)
+    lm.save_pretrained(policy)
+    return tasks, policy
+
+
 def trl_episode(sample: dict) -> dict:
     """A kept episode as TRL's step() takes it: prompt ids, continuation ids, the action mask
     over the continuation, the episode return as its scalar reward."""
@@ -98,38 +129,18 @@ def main() -> int:
         return 2
 
     import torch
-    import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_critic import make_tasks
-    from tiny_project import TINY_REPOS, write_repo
-
     from forgeline import config
-    from forgeline.policy import model as tiny, tokenizer as tk
+    from forgeline.policy import model as tiny
     from forgeline.policy.engine import HFEngine
     from forgeline.sandbox.process import ProcessSandbox
     from forgeline.train import critic, ppo, ppo_update
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     work = Path(tempfile.mkdtemp(prefix="ppo-bench-"))
-    for name in ("alpha", "beta", "gamma"):
-        write_repo(work / "repos", name, *TINY_REPOS[name])
-    tasks = {t["instance_id"]: t for t in make_tasks()}
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    if a.policy:
-        policy = Path(a.policy).resolve()
-    else:
-        policy = work / "policy"
-        tok = tk.build_tokenizer(tk.collect_corpus([ROOT / "data" / "repos" / "tinycsv"], None), vocab_size=1024)
-        shape = dict(params["policy"]["init"]["model"])
-        embedding_std = shape.pop("embedding_std", None)
-        lm = tiny.init_tiny_qwen3(tiny.tiny_qwen3_config(len(tok), eos_token_id=tok.eos_token_id,
-                                                         pad_token_id=tok.pad_token_id, **shape), 1, embedding_std)
-        tok.save_pretrained(policy)
-        lm.save_pretrained(policy)
+    tasks, policy = tiny_world(work, a.policy)
     (work / "critic").mkdir()
     critic.save_value_model(critic.init_value_model(policy, -0.2), work / "critic")
 

@@ -30,9 +30,11 @@ BASE_SOURCE = config["policy"]["base"]["source"]
 BASE_POLICY = f"results/policy/{BASE_SOURCE}"
 ALL_REPOS = all_repos(config)
 DOCKER = config["sandbox"]["backend"] == "docker"
-# Scheduler priority of the chain to the adapter (difficulty -> split -> rollouts -> critic -> PPO):
-# with few cores, a job off that chain (the base policy's heldout evaluation) would otherwise
-# take the cores first and delay everything after it.
+# Scheduler priority of the chain to the adapter (images, tasks, base policy, difficulty -> split
+# -> rollouts -> critic -> PPO). Snakemake's priorities do not pass to a job's inputs, so every
+# rule upstream of that chain holds it too: with few cores, a job off the chain (the base
+# policy's heldout evaluation) would otherwise take the cores before the last repository's
+# generate and validate, and delay everything after them.
 CRITICAL_PATH = 10
 
 

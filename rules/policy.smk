@@ -14,6 +14,7 @@ rule policy_hub:
         conf=params_of(config, "policy.base"),
     log:
         "logs/policy_hub.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=4000,
@@ -32,6 +33,7 @@ rule policy_init:
         conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init"),
     log:
         "logs/policy_init.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=4000,
@@ -56,6 +58,7 @@ rule agent_oracle:
         repo="|".join(SFT),
     log:
         "logs/agent_oracle/{repo}.log",
+    priority: CRITICAL_PATH
     threads: 1
     resources:
         mem_mb=2000,
@@ -78,6 +81,7 @@ rule sft:
                        "train.sft"),
     log:
         "logs/sft.log",
+    priority: CRITICAL_PATH
     threads: config["train"]["sft"]["threads"]
     resources:
         mem_mb=6000,

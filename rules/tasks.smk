@@ -21,6 +21,7 @@ rule generate:
         conf=params_of(config, "seed", "repos.root", "sandbox", "tasks.generate"),
     log:
         "logs/generate/{repo}.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=1000,
@@ -44,6 +45,7 @@ rule ingest_extra:
         conf=params_of(config, "repos", "tasks.ingest"),
     log:
         "logs/ingest_extra.log",
+    priority: CRITICAL_PATH
     threads: 1
     resources:
         mem_mb=16000 if HUB_DATASET else 2000,  # upstream: ~60k instances held until sharded
@@ -67,6 +69,7 @@ rule ingest:
         conf=params_of(config, "tasks.ingest.max_record_bytes"),
     log:
         "logs/ingest/{repo}.log",
+    priority: CRITICAL_PATH
     threads: 1
     resources:
         mem_mb=2000,
@@ -92,6 +95,7 @@ rule validate:
         conf=params_of(config, "repos.root", "sandbox", "tasks.validate"),
     log:
         "logs/validate/{repo}.log",
+    priority: CRITICAL_PATH
     threads: 2
     resources:
         mem_mb=1000,

@@ -90,6 +90,11 @@ def no_timing(path: Path):
     return [{k: v for k, v in json.loads(line).items() if k != "timing"} for line in path.read_text().splitlines()]
 
 
+def without_logprobs(record: dict) -> dict:
+    return {**{k: v for k, v in record.items() if k != "logprobs"},
+            "turns": [{k: v for k, v in t.items() if k != "logprobs"} for t in record["turns"]]}
+
+
 @pytest.fixture(scope="module")
 def evaluated(world):
     out = world["tmp"] / "results"
@@ -151,7 +156,12 @@ def test_evaluate_resumes_an_interrupted_record(world, evaluated):
                      partial=str(partial))
     assert no_wall(again) == no_wall(evaluated["ppo"])
     assert again[0] == evaluated["ppo"][0]  # the survivor is taken as recorded, wall time included
-    assert no_timing(world["tmp"] / "resume" / "ppo.episodes.jsonl") == no_timing(d / "ppo.episodes.jsonl")
+    resumed, whole = no_timing(world["tmp"] / "resume" / "ppo.episodes.jsonl"), no_timing(d / "ppo.episodes.jsonl")
+    # the same tokens, turns and verdicts; log-probs to float noise: the resumed run decodes
+    # its episodes in a smaller batch, and on some CPUs a batch's shape moves the last bits
+    assert [without_logprobs(r) for r in resumed] == [without_logprobs(r) for r in whole]
+    for r, w in zip(resumed, whole):
+        assert r["logprobs"] == pytest.approx(w["logprobs"], rel=1e-5, abs=1e-6)
     assert not partial.exists()
 
 

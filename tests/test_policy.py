@@ -519,7 +519,12 @@ def test_policy_hub_stage_writes_the_pinned_snapshot_with_every_files_sha256(tmp
     monkeypatch.setenv("HF_TOKEN", "hf_secret_never_written_0123")
     base = {"source": "hub", "hub": {"repo_id": "org/tiny-agent", "revision": COMMIT, "allow_patterns": None}}
     out = tmp_path / "results" / "policy" / "hub"
-    hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}}),
+    # as configs/klear-8b.yaml does: every evaluated policy on the hub base (the config check
+    # refuses one that reads the tiny results/policy/sft, which a hub run never builds)
+    on_hub = {name: {key: "results/policy/hub" for key in ("path", "base")
+                     if getattr(p, key) == "results/policy/sft"}
+              for name, p in PARAMS.evaluation.policies.items()}
+    hub.run(config_mod.merged(PARAMS, {"policy": {"base": base}, "evaluation": {"policies": on_hub}}),
             argparse.Namespace(out=str(out), manifest=None, threads=2))
 
     manifest = json.loads((out / "manifest.json").read_text())

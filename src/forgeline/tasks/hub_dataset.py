@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from forgeline.policy import hub
-from forgeline.policy.hub import RevisionError, verify_lfs_blobs
+from forgeline.policy.hub import HubError, RevisionError, verify_lfs_blobs  # noqa: F401  (HubError: what callers catch from here)
 from forgeline.tasks.ingest import PARQUET_SUFFIX, SourceRead, read_parquet
 
 REPO_TYPE = "dataset"

@@ -304,7 +304,7 @@ def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, mod
     from embedded import PARAMS
     from forgeline import config
     from forgeline.config import Config
-    from forgeline.train import critic, ppo
+    from forgeline.train import critic, ppo, rl_stage
     from test_critic import make_tasks
 
     for name in ("alpha", "beta", "gamma"):
@@ -326,7 +326,7 @@ def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, mod
     monkeypatch.chdir(ROOT)  # the server's state folder: .forgeline/vllm of the project
     loaded: list[str] = []
     real_load = serve.load_lora_adapter
-    monkeypatch.setattr(ppo, "load_lora_adapter", lambda engine, name, path, previous=None: (
+    monkeypatch.setattr(rl_stage, "load_lora_adapter", lambda engine, name, path, previous=None: (
         loaded.append(name), real_load(engine, name, path, previous)))
     out = tmp_path / "adapter"
     before = _vllm_processes()

@@ -21,6 +21,8 @@
 #   plugin runs `scontrol show config` when it is imported, and the client retries for
 #   MessageTimeout. Keep the cluster up while tests run; `stop` at the very end.
 # - slurmctld cannot remove its own pidfile in /run (it drops to user slurm): `stop` does.
+# - A controller this script starts forgets the jobs an earlier one saved (slurmctld -c): they
+#   would hold the node as ghosts until their time limit.
 set -euo pipefail
 
 STATE_DIR=${FORGELINE_SERVICES_DIR:-/tmp/forgeline-services}
@@ -158,8 +160,11 @@ start() {
   fi
   if ! running slurmctld; then
     rm -f /run/slurmctld.pid
-    log "starting slurmctld (log: $LOG_DIR/slurmctld.log)"
-    /usr/sbin/slurmctld
+    # -c: start with an empty queue. Jobs saved by an earlier controller cannot have outlived
+    # its node's daemons (a reboot; a machine copied mid-run), yet slurmctld would recover them
+    # as RUNNING and hold the node until their time limit: CI once waited 20 min on such a job.
+    log "starting slurmctld with an empty queue (log: $LOG_DIR/slurmctld.log)"
+    /usr/sbin/slurmctld -c
     for _ in $(seq 50); do running slurmctld && break; sleep 0.1; done
     running slurmctld || { tail -20 "$LOG_DIR/slurmctld.log" >&2; die "slurmctld did not start"; }
     record slurmctld "$(pid_in /run/slurmctld.pid)"

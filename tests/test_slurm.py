@@ -87,6 +87,13 @@ def runs(slurm, tmp_path_factory):
     remote = tp.make_project(base / "slurm")
     local = tp.make_project(base / "local")
     planned = planned_jobs(remote, TARGET)
+    # Another job on the 2-CPU node would leave this run's jobs pending until the timeout.
+    foreign = queue()
+    if foreign:
+        pytest.fail("the Slurm queue is not empty; this run's jobs would wait behind:\n"
+                    + "\n".join(foreign) + "\nscancel them, or `bash scripts/slurm.sh stop && "
+                    "bash scripts/slurm.sh start` (a controller it starts has an empty queue)",
+                    pytrace=False)
     cmd = ["timeout", "-s", "INT", "-k", "60", str(RUN_TIMEOUT_S),
            "snakemake", "--profile", "profiles/slurm", TARGET]
     t0 = time.monotonic()
@@ -102,7 +109,7 @@ def runs(slurm, tmp_path_factory):
             proc.communicate(timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, (f"Slurm run failed ({proc.returncode}) after {elapsed:.0f}s:\n"
-                                  + out[-8000:])
+                                  + out[-8000:] + "\nqueue at the end:\n" + "\n".join(queue()))
     return remote, local, out, planned
 
 
@@ -124,6 +131,14 @@ def test_every_job_ran_through_slurm(runs):
     # and Slurm itself recorded each job as COMPLETED, in this project's directory
     states = slurm_states(remote, set(submitted))
     assert states == {jobid: "COMPLETED" for jobid in submitted}
+
+
+def queue() -> list[str]:
+    """Jobs Slurm holds pending or running: 'id state elapsed workdir (reason)' each."""
+    out = subprocess.run(["squeue", "--noheader", "--states=PENDING,RUNNING,CONFIGURING",
+                          "--format=%i %T %M %Z (%r)"],
+                         capture_output=True, text=True, timeout=60).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def slurm_states(project: Path, jobids: set[int]) -> dict[int, str]:

@@ -321,6 +321,24 @@ def test_scripted_policies(case, world, tok, sandbox):
                            "tests_improved": None} for lab in labels)
 
 
+@pytest.mark.parametrize("cap", [0, 3])
+def test_malformed_turns_in_all_end_the_episode(cap, world, tok, sandbox):
+    """Broken calls between good ones never make 3 in a row; max_malformed_turns counts them all."""
+    task = world["alpha"]
+    bad = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"\n</tool_call>"
+    engine = ScriptedEngine.replay(tok, {task["problem_statement"]: [bad, call("bash", command="ls")] * 4})
+    cfg = config.merged(CFG, {"max_new_tokens": 128, "max_steps": 8, "max_malformed_turns": cap})
+    rec = run_episode(task, 0, engine, sandbox, cfg, env=world["envs"]["alpha"], tokenizer=tok,
+                      policy="scripted")
+    formed = [t["labels"]["well_formed_call"] for t in rec["turns"]]
+    if cap:
+        assert (rec["outcome"], rec["exit_status"]) == ("invalid", "invalid_calls")
+        assert formed == [False, True, False, True, False]  # ends at the 3rd broken turn
+    else:
+        assert rec["outcome"] == "step_limit" and formed == [False, True] * 4
+    assert rec["stats"]["malformed_turns"] == formed.count(False)
+
+
 def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
     new = 'x = "$HOME `id` \'q\' \\n ü"\n    """Sum."""'
     with sandbox.session(world["envs"]["alpha"], []) as s:

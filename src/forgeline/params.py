@@ -481,6 +481,8 @@ class AgentConfig:
     """a tool result is cut to this many characters (head + tail)"""
     max_invalid_calls: int = spec(ge=1)
     """turns in a row without a well-formed call -> outcome invalid"""
+    max_malformed_turns: int = spec(ge=0)
+    """turns without a well-formed call in the whole episode -> outcome invalid (0: no limit)"""
     temperature: float = spec(ge=0)
     """sampling temperature (PPO optimises softmax(logits / T), what it samples)"""
     top_p: float = spec(gt=0, le=1)

@@ -111,6 +111,7 @@ class Episode:
         self.input_tokens = 0
         self.output_tokens = 0
         self.invalid_run = 0
+        self.malformed = 0  # turns without a well-formed call, in all
         self.f2p_best = 0  # FAIL_TO_PASS tests passing: the most any of the agent's runs showed
         self.f2p_last = 0  # ... and what its last run showed
         self.timing = {"generate_s": 0.0, "tools_s": 0.0, "verify_s": 0.0, "wall_s": 0.0}
@@ -271,6 +272,7 @@ class Episode:
         labels = self._labels(calls, results)
         well_formed = labels["well_formed_call"]
         self.invalid_run = 0 if well_formed else self.invalid_run + 1
+        self.malformed += not well_formed
         self.turns.append({
             "step": self.steps - 1,
             "prompt_tokens": len(prompt),
@@ -286,7 +288,8 @@ class Episode:
         })
         if submitted:
             self.exit_status = "submitted"
-        elif self.invalid_run >= int(self.cfg.max_invalid_calls):
+        elif self.invalid_run >= int(self.cfg.max_invalid_calls) or (
+                0 < int(self.cfg.max_malformed_turns) <= self.malformed):
             self.exit_status = "invalid_calls"
 
         # the non-generated text up to the end of this turn's tool results

@@ -11,7 +11,7 @@ them, here and nowhere else, to OUTCOME_CLASSES:
 |---|---|
 | solved | outcome resolved (the verifier passed the diff) |
 | wrong_fix | outcome failed: submitted, graded, not resolved |
-| invalid_call | outcome invalid: `max_invalid_calls` turns in a row without a well-formed call |
+| invalid_call | outcome invalid: `max_invalid_calls` turns in a row without a well-formed call, or `max_malformed_turns` in all |
 | step_limit | outcome step_limit: `max_steps`, or the token budget (exit status token_limit) |
 | timeout | outcome timeout: the episode's wall-time limit |
 | context_exceeded | outcome context_exceeded: the next prompt no longer fits the context |

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/malformed_cap.py [--tasks results/validated/intervalset.jsonl]
         [--max-tasks 8] [--k 4] [--caps 0 4] [--seeding episode] [--repeats 2]
-        [--policy results/policy/sft] [--json bench/out/malformed_cap.json]
+        [--policy results/policy/sft] [--base DIR] [--json bench/out/malformed_cap.json]
 
 Each variant runs the same (task, seed) pairs through `run_policy_on_tasks` (the difficulty
 stage's path: the config's sandbox, the in-process engine) and differs only in the cap on turns
@@ -10,7 +10,9 @@ without a well-formed call per episode (0 = none). With `seeding: episode` every
 from its own seed, so a capped episode is the uncapped one cut short: the table counts the
 episodes whose outcome changed, and which way (a resolved episode cut off would show here).
 With `seeding: batch` (the pipeline's) the episodes of a round share one generator, and cutting
-one changes the others' draws. Variants alternate per repeat; the table shows medians.
+one changes the others' draws. Variants alternate per repeat; the table shows medians. A policy
+that resolves often (`--policy results/adapter --base results/policy/sft --tasks
+results/split/train.jsonl --k 8`) shows whether the cap cuts off episodes that would have won.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def main() -> None:
     ap.add_argument("--seeding", choices=["episode", "batch"], default="episode")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--policy", default="results/policy/sft")
+    ap.add_argument("--base", help="the base model of a PEFT adapter --policy")
     ap.add_argument("--json", default="bench/out/malformed_cap.json")
     args = ap.parse_args()
 
@@ -47,7 +50,9 @@ def main() -> None:
     from forgeline.provenance import read_jsonl
 
     torch.set_num_threads(1)  # as the stage's engine: one thread, the containers the rest
-    tasks_file, policy = Path(args.tasks).resolve(), Path(args.policy).resolve()
+    tasks_file = Path(args.tasks).resolve()
+    spec = PolicySpec(policy=str(Path(args.policy).resolve()),
+                      base=str(Path(args.base).resolve()) if args.base else None)
     os.chdir(ROOT)
     base = config.load(["params.yaml"])
     tasks = sorted(read_jsonl(tasks_file), key=lambda t: t["instance_id"])[: args.max_tasks]
@@ -61,8 +66,8 @@ def main() -> None:
                                                  "rollout": {"seeding": args.seeding}}})
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()
-                run = run_policy_on_tasks(cfg, "bench.malformed_cap", PolicySpec(policy=str(policy)),
-                                          tasks, seeds, Path(tmp) / "record.jsonl")
+                run = run_policy_on_tasks(cfg, "bench.malformed_cap", spec, tasks, seeds,
+                                          Path(tmp) / "record.jsonl")
                 wall = time.perf_counter() - t0
             eps = run.episodes
             outcomes[cap] = {(e["instance_id"], e["seed"]): e["outcome"] for e in eps}
@@ -74,7 +79,7 @@ def main() -> None:
             print(f"cap {cap}: {runs[cap][-1]}", file=sys.stderr, flush=True)
 
     ref = args.caps[0]
-    print(f"{len(tasks)} tasks x {args.k} seeds of {tasks_file.name}, seeding {args.seeding}, "
+    print(f"{args.policy}: {len(tasks)} tasks x {args.k} seeds of {tasks_file.name}, seeding {args.seeding}, "
           f"{os.cpu_count()} CPUs, medians of {args.repeats}; load before: {load:.1f}")
     print("| max_malformed_turns | wall s | turns | generated tokens | prompt tokens | outcomes | "
           f"changed vs {ref} |")

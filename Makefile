@@ -30,9 +30,10 @@ run: setup
 	  $(foreach f,$(CONFIG),--config $(f))) || exit 1; \
 	  if [ "$$backend" = docker ]; then bash scripts/services.sh start docker; fi
 	@$(if $(CONFIG),,$(BIN)/forgeline timings --expected --reference $(TIMINGS))
-	@start=$$(date +%s); \
+	@start=$$(date +%s); cpu=$$(head -1 /proc/stat 2>/dev/null); \
 	  $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)); rc=$$?; \
-	  $(BIN)/forgeline timings --since $$start $(if $(CONFIG),,--reference $(TIMINGS)); exit $$rc
+	  $(BIN)/forgeline timings --since $$start --cpu-start "$$cpu" --timeline logs/run_timeline.png \
+	    $(if $(CONFIG),,--reference $(TIMINGS)); exit $$rc
 
 test: setup
 	$(BIN)/pytest

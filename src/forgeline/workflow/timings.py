@@ -6,6 +6,11 @@ phase), and after it, this run's table beside that one, counting only the manife
 since the run started (`--since`: a manifest left by another config or an earlier run is not
 this run's) and the wall time since then. `--save FILE` keeps this run's table as the
 reference, with the machine it ran on.
+
+Where the time went between the jobs: `--cpu-start` (the `cpu` line of /proc/stat at the run's
+start) gives the share of the machine's cores that were busy over the run, and `--timeline PNG`
+draws every job of the run as a bar from its start to its end (its manifest's write time less
+its wall time), so the stretches where one job held up the rest can be seen.
 """
 from __future__ import annotations
 
@@ -40,6 +45,71 @@ def collect(results: Path, since: float | None = None) -> dict[str, dict[str, fl
     return dict(table)
 
 
+def job_spans(results: Path, since: float | None = None) -> list[dict]:
+    """[{stage, job, start, end}] of every manifest below `results` (written at or after `since`),
+    by start: a job ends when it writes its manifest and began its wall time before that."""
+    spans = []
+    for path in sorted(results.rglob("*manifest.json")):
+        end = path.stat().st_mtime
+        if since is not None and end < since:
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            stage, wall = record["stage"], float(record["timings"]["wall_s"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        job = str(path.relative_to(results)).removesuffix("manifest.json").rstrip("./") or stage
+        spans.append({"stage": stage, "job": job, "start": end - wall, "end": end})
+    return sorted(spans, key=lambda s: (s["start"], s["job"]))
+
+
+def cpu_busy_share(start_line: str, end_line: str) -> float | None:
+    """The share of the machine's CPU time that was busy between two `cpu` lines of /proc/stat
+    (user, nice, system, idle, iowait, irq, softirq, steal ...), or None when either is unreadable."""
+    try:
+        a, b = ([int(x) for x in line.split()[1:9]] for line in (start_line, end_line))
+    except ValueError:
+        return None
+    delta = [y - x for x, y in zip(a, b)]
+    total = sum(delta)
+    if len(delta) < 8 or total <= 0:
+        return None
+    idle = delta[3] + delta[4]  # idle + iowait
+    return (total - idle) / total
+
+
+def proc_stat_cpu() -> str:
+    """The `cpu` line of /proc/stat now ("" where there is none)."""
+    try:
+        return Path("/proc/stat").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def plot_timeline(spans: list[dict], origin: float, path: Path) -> Path:
+    """One bar per job from its start to its end, minutes since `origin`, coloured by stage."""
+    from forgeline import plots
+
+    plt = plots.pyplot({"font.size": 8})
+    stages = sorted({s["stage"] for s in spans})
+    colours = {st: plt.get_cmap("tab20")(i % 20) for i, st in enumerate(stages)}
+    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.16 * len(spans) + 1.2)))
+    for y, span in enumerate(spans):
+        start, end = (span["start"] - origin) / 60, (span["end"] - origin) / 60
+        ax.barh(y, max(end - start, 0.05), left=start, color=colours[span["stage"]], height=0.8)
+    ax.set_yticks(range(len(spans)), [s["job"] for s in spans], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("minutes since the run started")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[st]) for st in stages]
+    ax.legend(handles, stages, fontsize=6, loc="lower right", ncol=2)
+    fig.tight_layout()
+    try:
+        return plots.save_png(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
+
+
 def read_reference(path: Path) -> dict | None:
     """A saved table ({machine, note, stages}), or None when there is none or it is unreadable."""
     try:
@@ -60,6 +130,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--since", type=float,
                         help="the run's start (epoch seconds): count only the manifests written since, "
                              "and print the wall time since then")
+    parser.add_argument("--cpu-start", default="",
+                        help="with --since: the `cpu` line of /proc/stat at the run's start; prints the "
+                             "share of the cores that were busy over the run")
+    parser.add_argument("--timeline", type=Path,
+                        help="with --since: draw the run's jobs, start to end, into this PNG")
 
 
 def _minutes(seconds: float) -> str:
@@ -104,6 +179,15 @@ def run(cfg, args) -> None:
     console.print(table)
     if since is not None:
         console.print(f"wall time of this run: {_minutes(time.time() - since)}")
+        busy = cpu_busy_share(args.cpu_start, proc_stat_cpu()) if getattr(args, "cpu_start", "") else None
+        if busy is not None:
+            console.print(f"the machine's {os.cpu_count()} cores were busy {busy:.0%} of it (/proc/stat: "
+                          f"every process, the containers' too)")
+        if getattr(args, "timeline", None):
+            spans = job_spans(args.results, since)
+            if spans:
+                console.print(f"the run's {len(spans)} jobs, start to end: "
+                              f"{plot_timeline(spans, since, args.timeline)}")
     if args.save:
         wall = {"wall_s": round(time.time() - since, 1)} if since is not None else {}
         write_json(args.save, {"machine": {"cpus": os.cpu_count()}, "note": args.note, **wall,

@@ -99,10 +99,11 @@ def plot_timeline(spans: list[dict], origin: float, path: Path) -> Path:
         ax.barh(y, max(end - start, 0.05), left=start, color=colours[span["stage"]], height=0.8)
     ax.set_yticks(range(len(spans)), [s["job"] for s in spans], fontsize=6)
     ax.invert_yaxis()
+    ax.set_xlim(left=0)
     ax.set_xlabel("minutes since the run started")
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[st]) for st in stages]
-    ax.legend(handles, stages, fontsize=6, loc="lower right", ncol=2)
+    ax.legend(handles, stages, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     try:
         return plots.save_png(fig, path, dpi=100)

@@ -1,7 +1,8 @@
-"""A rollout with its episodes in one lane vs several, side by side in one run:
+"""A rollout with its episodes in one lane vs several, and with more or fewer episodes at once,
+side by side in one run:
 
     .venv/bin/python bench/rollout_lanes.py [--tasks results/validated/ledgerkit.jsonl]
-        [--max-tasks 6] [--k 4] [--lanes 1 2] [--concurrency 8] [--threads 1] [--repeats 2]
+        [--max-tasks 6] [--k 4] [--lanes 1 2] [--concurrency 8 [16 ...]] [--threads 1] [--repeats 2]
         [--policy results/policy/sft] [--json bench/out/rollout_lanes.json]
 
 Each variant runs the same (task, seed) pairs through `run_policy_on_tasks` (the difficulty
@@ -9,7 +10,8 @@ stage's path: the config's sandbox, in-process engine) with `agent.rollout.seedi
 so every variant draws the same episodes (up to the float rounding of batched arithmetic) and
 does the same work; only the schedule differs. `lanes: 1`: every episode generates, then every
 episode's tools run; `lanes: 2`: one half generates while the other half's tools and tests run.
-Variants alternate per repeat; the table shows medians of wall seconds, the machine's busy
+`--concurrency`: episodes at once (sandbox sessions; rows of one batched generate call). A
+variant is one (lanes, concurrency) pair. Variants alternate per repeat; the table shows medians of wall seconds, the machine's busy
 CPU seconds (/proc/stat: this process, the containers, the Docker daemon, anything else) and
 the rollout's own CPU seconds.
 """
@@ -39,7 +41,7 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, default=6)
     ap.add_argument("--k", type=int, default=4, help="seeds per task")
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[8])
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--policy", default="results/policy/sft")
@@ -59,11 +61,12 @@ def main() -> None:
     tasks = sorted(read_jsonl(args.tasks), key=lambda t: t["instance_id"])[: args.max_tasks]
     seeds = sample_seeds(base.seed, args.k)
     ticks = os.sysconf("SC_CLK_TCK")
-    runs: dict[int, list[dict]] = {n: [] for n in args.lanes}
+    variants = [(lanes, conc) for conc in args.concurrency for lanes in args.lanes]
+    runs: dict[tuple[int, int], list[dict]] = {v: [] for v in variants}
     for _ in range(args.repeats):
-        for lanes in args.lanes:
+        for lanes, conc in variants:
             cfg = config.merged(base, {"agent": {"rollout": {"lanes": lanes, "seeding": "episode",
-                                                             "concurrency": args.concurrency}}})
+                                                             "concurrency": conc}}})
             with tempfile.TemporaryDirectory() as tmp:
                 j0, c0, t0 = busy_jiffies(), time.process_time(), time.perf_counter()
                 run = run_policy_on_tasks(cfg, "bench.lanes", PolicySpec(policy=args.policy), tasks, seeds,
@@ -71,22 +74,23 @@ def main() -> None:
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 busy = (busy_jiffies() - j0) / ticks
             eps = run.episodes
-            runs[lanes].append({"wall_s": wall, "busy_cpu_s": busy, "rollout_cpu_s": cpu,
-                                "turns": sum(len(e["turns"]) for e in eps),
-                                "resolved": sum(e["outcome"] == "resolved" for e in eps)})
-            print(f"lanes {lanes}: {runs[lanes][-1]}", file=sys.stderr, flush=True)
-    first = statistics.median(r["wall_s"] for r in runs[args.lanes[0]])
-    print(f"{len(tasks)} tasks x {args.k} seeds, concurrency {args.concurrency}, torch threads {args.threads}, "
-          f"{os.cpu_count()} CPUs, medians of {args.repeats}; load before: {os.getloadavg()[0]:.1f}")
-    print("| lanes | wall s | busy CPU s (machine) | rollout CPU s | turns | resolved | speed-up |")
-    print("|---|---|---|---|---|---|---|")
-    for lanes, rs in runs.items():
+            runs[(lanes, conc)].append({"wall_s": wall, "busy_cpu_s": busy, "rollout_cpu_s": cpu,
+                                        "turns": sum(len(e["turns"]) for e in eps),
+                                        "resolved": sum(e["outcome"] == "resolved" for e in eps)})
+            print(f"lanes {lanes}, concurrency {conc}: {runs[(lanes, conc)][-1]}", file=sys.stderr, flush=True)
+    first = statistics.median(r["wall_s"] for r in runs[variants[0]])
+    print(f"{len(tasks)} tasks x {args.k} seeds, torch threads {args.threads}, {os.cpu_count()} CPUs, "
+          f"medians of {args.repeats}; load after: {os.getloadavg()[0]:.1f}")
+    print("| lanes | concurrency | wall s | busy CPU s (machine) | rollout CPU s | turns | resolved | speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (lanes, conc), rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        print(f"| {lanes} | {med['wall_s']:.1f} | {med['busy_cpu_s']:.1f} | {med['rollout_cpu_s']:.1f} | "
+        print(f"| {lanes} | {conc} | {med['wall_s']:.1f} | {med['busy_cpu_s']:.1f} | {med['rollout_cpu_s']:.1f} | "
               f"{med['turns']:.0f} | {med['resolved']:.0f} | {first / med['wall_s']:.2f}x |")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "runs": {str(k): v for k, v in runs.items()}}, indent=1) + "\n")
+    out.write_text(json.dumps({"args": vars(args), "runs": {f"lanes {v[0]}, concurrency {v[1]}": r
+                                                            for v, r in runs.items()}}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ MANIFEST_FILES = [
     "results/tasks/extra/manifest.json", "results/split/manifest.json",
     "results/report/rulegraph.manifest.json",
     "results/tasks/funnel.manifest.json", "results/harbor/manifest.json",
-    "results/rollouts/train.manifest.json",
+    "results/rollouts/episodes.manifest.json",
     *eval_files(".manifest.json"),
     "results/eval/tables/manifest.json",
 ]

@@ -19,6 +19,7 @@ rule generate:
         manifest="results/candidates/{repo}.manifest.json",
     params:
         conf=params_of(config, "seed", "repos.root", "sandbox", "tasks.generate"),
+        in_pool=lambda w: w.repo in POOL,  # tasks.generate.max_per_pool_repo applies
     log:
         "logs/generate/{repo}.log",
     priority: CRITICAL_PATH

@@ -1,4 +1,5 @@
-# Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic;
+# Phase 4: RL. Multi-seed rollouts of the base policy on the train split pretrain the critic
+# (selected and scored on its rollouts on the val and test splits' tasks: train.critic.heldout);
 # PPO then trains a LoRA adapter of the actor on the train split with that critic. GRPO trains
 # another adapter from the same base, split and sandbox with no critic (group-relative
 # advantages). Each adapter folder carries its checkpoint series (checkpoints/step-NNNNNN/); a
@@ -6,17 +7,19 @@
 # artifact: it lives in .forgeline/, outside results/.
 
 WARM = PARAMS.train.warm_start
+# heldout: split: the critic's val and test episodes are the base policy's on those splits' tasks
+CRITIC_HELDOUT = ["val", "test"] if PARAMS.train.critic.heldout == "split" else []
 
 
 rule offline_rollouts:
     input:
-        tasks="results/split/train.jsonl",
+        tasks=expand("results/split/{part}.jsonl", part=["train", *CRITIC_HELDOUT]),
         policy=BASE_POLICY,
         images=expand("results/images/{repo}.json", repo=POOL if DOCKER else []),
         code=stage_code("forgeline.agent.rollout"),
     output:
-        episodes="results/rollouts/train.jsonl",
-        manifest="results/rollouts/train.manifest.json",
+        episodes="results/rollouts/episodes.jsonl",
+        manifest="results/rollouts/episodes.manifest.json",
     params:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.rollouts"),
     log:
@@ -35,12 +38,14 @@ rule offline_rollouts:
 rule critic:
     input:
         policy=BASE_POLICY,
-        episodes="results/rollouts/train.jsonl",
+        episodes="results/rollouts/episodes.jsonl",
+        heldout=expand("results/split/{part}.jsonl", part=CRITIC_HELDOUT),
         code=stage_code("forgeline.train.critic"),
     output:
         critic=directory("results/critic"),
     params:
         conf=params_of(config, "seed", "agent.reward", "agent.context_limit", "train.critic"),
+        heldout=" ".join(f"--{part}-tasks results/split/{part}.jsonl" for part in CRITIC_HELDOUT),
     log:
         "logs/critic.log",
     priority: CRITICAL_PATH
@@ -50,7 +55,7 @@ rule critic:
         runtime=120,
         gpus=0,
     shell:
-        "forgeline critic {CONFIG} --policy {input.policy} --episodes {input.episodes}"
+        "forgeline critic {CONFIG} --policy {input.policy} --episodes {input.episodes} {params.heldout}"
         " --out {output.critic} --log {log}"
 
 

@@ -140,10 +140,10 @@ def test_pure_parts():
 def test_critic_stage_trains_beats_the_baseline_and_reloads(data, tmp_path):
     cfg = config.merged(PARAMS, {"seed": 5, "train": {"critic": {
         "epochs": 6, "lr": 3e-3, "warmup_steps": 2, "tokens_per_batch": 4096, "threads": 1,
-        "split": {"train": 0.5, "val": 0.17, "test": 0.33}}}})
+        "heldout": "tasks", "split": {"train": 0.5, "val": 0.17, "test": 0.33}}}})
     out = tmp_path / "critic"
     critic.run(cfg, argparse.Namespace(policy=str(data["policy"]), episodes=[str(data["episodes"])],
-                                       out=str(out), manifest=None))
+                                       val_tasks=None, test_tasks=None, out=str(out), manifest=None))
     m = json.loads((out / "metrics.json").read_text())
     # the shape the report stage reads
     assert set(m) == {"epochs", "chosen_epoch", "val", "test", "data"}
@@ -172,6 +172,36 @@ def test_critic_stage_trains_beats_the_baseline_and_reloads(data, tmp_path):
     ex = [critic.critic_example(r, PARAMS.agent.reward, 1.0, 1.0) for r in kept]
     again = critic.score(critic.predict(model, ex, 0, 4096), ex)
     assert again["mse"] == pytest.approx(m["test"]["mse"], rel=1e-5)
+
+
+def test_heldout_split_takes_val_and_test_from_the_split_files(data, tmp_path):
+    """heldout: split (the pipeline's): the episodes of the tasks in --val-tasks / --test-tasks
+    are val and test, every other episode trains; the config and the arguments must agree."""
+    by_repo = {t["repo"]: [] for t in data["tasks"]}
+    for t in data["tasks"]:
+        by_repo[t["repo"]].append(t)
+    files = {}
+    for part, repo in (("val", "beta"), ("test", "gamma")):
+        files[part] = tmp_path / f"{part}.jsonl"
+        files[part].write_text("".join(json.dumps(t) + "\n" for t in by_repo[repo]))
+    cfg = config.merged(PARAMS, {"seed": 5, "train": {"critic": {
+        "epochs": 2, "lr": 3e-3, "warmup_steps": 2, "tokens_per_batch": 4096, "threads": 1, "heldout": "split"}}})
+    out = tmp_path / "critic"
+    args = argparse.Namespace(policy=str(data["policy"]), episodes=[str(data["episodes"])],
+                              val_tasks=[str(files["val"])], test_tasks=[str(files["test"])],
+                              out=str(out), manifest=None)
+    critic.run(cfg, args)
+    split = json.loads((out / "manifest.json").read_text())["notes"]["split"]
+    assert split == {"val": sorted(t["instance_id"] for t in by_repo["beta"]),
+                     "test": sorted(t["instance_id"] for t in by_repo["gamma"]),
+                     "train": sorted(t["instance_id"] for t in by_repo["alpha"])}
+    m = json.loads((out / "metrics.json").read_text())
+    # the scripted episodes: 4 per task (one per script), all kept
+    assert m["test"]["tasks"] == 2 and m["test"]["episodes"] == 8 and m["val"]["mse"] is not None
+    with pytest.raises(SystemExit, match="pass --val-tasks and --test-tasks"):
+        critic.run(cfg, argparse.Namespace(**{**vars(args), "val_tasks": None, "test_tasks": None}))
+    with pytest.raises(ValueError, match="in both the val and the test tasks"):
+        critic.heldout_tasks(["a", "b"], ["a"], ["a"])
 
 
 def test_lora_value_model_trains_only_adapter_and_head_and_saves_merged(tok, tmp_path):

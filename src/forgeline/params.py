@@ -129,6 +129,8 @@ class GenerateConfig:
 
     max_per_repo: int = spec(ge=1)
     """candidates kept per repository after the tests have run"""
+    max_per_pool_repo: int | None = spec(ge=1)
+    """candidates kept per repos.pool repository (null: max_per_repo); difficulty uses max_tasks_per_repo"""
     max_tries_per_repo: int = spec(ge=1)
     """mutations tried per repository (each costs one test run)"""
     kinds: list[Mutation] = spec(min_items=1)
@@ -631,6 +633,8 @@ class CriticConfig:
     """discount per action token in the targets"""
     lam: float = spec(ge=0, le=1)
     """lambda of the lambda-return targets"""
+    heldout: Literal["split", "tasks"]
+    """val/test episodes: split = on the frozen split's val/test tasks | tasks = a hash split of the train tasks"""
     split: FractionsConfig
     max_seq_len: int = spec(ge=16)
     """tokens; longer episodes are dropped (reason too_long)"""

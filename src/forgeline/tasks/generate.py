@@ -206,14 +206,18 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     gen = cfg.tasks.generate
     root = cfg.repos.root
     kinds = list(gen.kinds)
-    max_keep, max_tries = int(gen.max_per_repo), int(gen.max_tries_per_repo)
+    # a pool repository's tasks only feed difficulty, which evaluates max_tasks_per_repo of them:
+    # validating many more costs test runs and changes nothing downstream
+    in_pool = args.repo in cfg.repos.pool
+    max_keep = int(gen.max_per_pool_repo if in_pool and gen.max_per_pool_repo is not None else gen.max_per_repo)
+    max_tries = int(gen.max_tries_per_repo)
     snapshot = RepoSnapshot.load(root, args.repo)
     env = snapshot.env()
     seed = derive_seed(cfg.seed, "generate", snapshot.name, bits=64)  # one per repository
     manifest = Manifest(
         stage="generate",
         params={"seed": cfg.seed, "repos.root": root, "sandbox": as_dict(cfg.sandbox),
-                "tasks.generate": as_dict(gen)},
+                "tasks.generate": as_dict(gen), "in_pool": in_pool, "max_kept": max_keep},
         seeds={"generate": seed}, inputs=[str(snapshot.path)], code=__name__)
 
     with manifest.timed("sites"):

@@ -13,10 +13,12 @@ the per-token rewards (`agent.reward`: process rewards per turn + the terminal r
 by `rewards.token_rewards`) with V = 0 (`rl.lambda_returns`; gamma = lam = 1: the reward-to-go).
 The value of action token i is read at position i - 1 (the state it is generated from).
 
-Split: by TASK (instance_id) - ranked by sha256(seed:instance_id), cut by the fractions - so no
-task is in two sets. Train several epochs; after each, MSE and EV on train and val; the epoch
-with the lowest val MSE is kept; MSE and EV on test are reported next to the baseline that
-predicts the mean train target.
+Split: by TASK (instance_id), so no task is in two sets. `heldout: split`: the episodes of the
+frozen split's val and test tasks (`--val-tasks`, `--test-tasks`: other repositories than the
+train tasks) are val and test, all others train. `heldout: tasks`: the tasks ranked by
+sha256(seed:instance_id) and cut by the `split` fractions. Train several epochs; after each,
+MSE and EV on train and val; the epoch with the lowest val MSE is kept; MSE and EV on test are
+reported next to the baseline that predicts the mean train target.
 
 Outputs (`--out`, written as a whole): `model.safetensors` (backbone + `value_head.*`),
 `config.json` (the backbone's), `critic_config.json`, `metrics.json`, `learning_curve.png`, then
@@ -128,6 +130,17 @@ def split_tasks(tasks: Sequence[str], fractions: Mapping[str, float], seed: int)
     n_test = min(sizes["test"], n - n_val)
     return {"val": sorted(ids[:n_val]), "test": sorted(ids[n_val:n_val + n_test]),
             "train": sorted(ids[n_val + n_test:])}
+
+
+def heldout_tasks(tasks: Sequence[str], val: Sequence[str], test: Sequence[str]) -> dict[str, list[str]]:
+    """{train, val, test: sorted task ids} with val and test given (the frozen split's): the
+    ids in `val` and `test` go there, every other id to train. A task in both is an error."""
+    both = sorted(set(val) & set(test))
+    if both:
+        raise ValueError(f"{len(both)} task(s) are in both the val and the test tasks, e.g. {both[0]}")
+    ids = set(tasks)
+    return {"val": sorted(ids & set(val)), "test": sorted(ids & set(test)),
+            "train": sorted(ids - set(val) - set(test))}
 
 
 # -- the value model --------------------------------------------------------------------------
@@ -376,6 +389,10 @@ def plot_learning_curve(epochs: Sequence[Mapping[str, Any]], chosen: int, baseli
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True, help="the base policy folder (architecture + initial weights)")
     parser.add_argument("--episodes", nargs="+", required=True, help="rollout JSONL file(s) (agent-rollout)")
+    parser.add_argument("--val-tasks", nargs="*", default=None,
+                        help="heldout: split: task JSONL file(s) whose episodes are the val set")
+    parser.add_argument("--test-tasks", nargs="*", default=None,
+                        help="heldout: split: task JSONL file(s) whose episodes are the test set")
     parser.add_argument("--out", required=True, help="the critic folder to write")
     parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
 
@@ -387,20 +404,34 @@ def run(cfg, args: argparse.Namespace) -> None:
     c, reward_cfg = cfg.train.critic, cfg.agent.reward
     torch.set_num_threads(max(1, int(c.threads)))
     seed = stage_seed(cfg.seed, STAGE)
+    val_files, test_files = args.val_tasks, args.test_tasks
+    given = val_files is not None and test_files is not None
+    if given != (c.heldout == "split"):
+        raise SystemExit(f"train.critic.heldout is {c.heldout}: " + (
+            "pass --val-tasks and --test-tasks (the frozen split's val.jsonl and test.jsonl)" if c.heldout == "split"
+            else "--val-tasks/--test-tasks are for heldout: split; the held-out tasks come from train.critic.split"))
     manifest = Manifest(stage=STAGE, params={"train.critic": as_dict(c), "agent.reward": as_dict(reward_cfg)},
-                        seeds={"critic": seed}, inputs=[args.policy, *args.episodes],
+                        seeds={"critic": seed}, inputs=[args.policy, *args.episodes, *(val_files or []),
+                                                        *(test_files or [])],
                         code=__name__)
     with manifest.timed("data"):
         records = sorted((r for f in args.episodes for r in read_jsonl(f)),
                          key=lambda r: (r["instance_id"], int(r["seed"])))
         kept, dropped = filter_records(records, int(c.max_seq_len))
         examples = [critic_example(r, reward_cfg, float(c.gamma), float(c.lam)) for r in kept]
-        split = split_tasks([e["task"] for e in examples], as_dict(c.split), seed)
+        tasks = [e["task"] for e in examples]
+        if given:
+            split = heldout_tasks(tasks, [t["instance_id"] for f in val_files for t in read_jsonl(f)],
+                                  [t["instance_id"] for f in test_files for t in read_jsonl(f)])
+        else:
+            split = split_tasks(tasks, as_dict(c.split), seed)
         parts = {name: [e for e in examples if e["task"] in set(ids)] for name, ids in split.items()}
-    log.info("critic data: %d episodes kept of %d (dropped %s); tasks train/val/test %d/%d/%d",
-             len(kept), len(records), dropped, *(len(split[k]) for k in ("train", "val", "test")))
+    log.info("critic data: %d episodes kept of %d (dropped %s); tasks train/val/test %d/%d/%d (heldout: %s)",
+             len(kept), len(records), dropped, *(len(split[k]) for k in ("train", "val", "test")), c.heldout)
     if not parts["train"]:
         raise SystemExit("no critic training episodes (all dropped, or too few tasks for the split)")
+    if not parts["val"]:
+        log.warning("critic: no val episodes: the last epoch is kept, unselected (heldout: %s)", c.heldout)
     pad_id = AutoTokenizer.from_pretrained(args.policy).pad_token_id or 0
     base = mean_target(parts["train"])
     model = init_value_model(args.policy, base, c.mode, c.lora, seed)

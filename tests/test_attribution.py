@@ -225,8 +225,8 @@ def test_gate_on_the_task_unit_with_several_seeds():
 def test_the_config_names_policies_panels_and_comparisons_that_exist():
     ev = PARAMS.evaluation
     # every policy against the base first, then the configured pairs (the child against its parent)
-    assert ev.comparisons() == [("grpo", "base"), ("ppo", "base"), ("ppo-8", "base"), ("grpo", "ppo"),
-                                ("ppo", "ppo-8")]
+    assert ev.comparisons() == [("grpo", "base"), ("ppo", "base"), ("ppo-parent", "base"), ("grpo", "ppo"),
+                                ("ppo", "ppo-parent")]
     assert ev.gate.panel in ev.panels and (ev.gate.policy, ev.gate.against) in ev.comparisons()
     for bad, why in (({"pairs": [{"policy": "dpo", "against": "ppo"}]}, "'dpo' is not a key of evaluation.policies"),
                      ({"pairs": [{"policy": "base", "against": "ppo"}]}, "base against ppo is reported twice"),
@@ -242,14 +242,14 @@ def test_the_config_names_policies_panels_and_comparisons_that_exist():
             config.merged(PARAMS.evaluation, bad)
     # rules between sections: a checkpoint the run keeps; a base folder this config builds
     hub = {"source": "hub", "hub": {"repo_id": "org/agent", "revision": "0" * 40}}
-    for bad, why in (({"evaluation": {"policies": {"ppo-8": {"step": 3}}}},
-                      r"evaluation.policies.ppo-8.step: 3 is not a checkpoint of ppo \(results/adapter: steps 4, 8"),
+    for bad, why in (({"evaluation": {"policies": {"ppo-parent": {"step": 3}}}},
+                      r"evaluation.policies.ppo-parent.step: 3 is not a checkpoint of ppo \(results/adapter: steps 4, 8"),
                      ({"policy": {"base": hub}}, "evaluation.policies.base.path: results/policy/sft is not built "
                                                  "when policy.base.source is hub; use results/policy/hub")):
         with pytest.raises(config.ConfigError, match=why):
             config.merged(PARAMS, bad)
     assert config.merged(PARAMS.evaluation, {"gate": None, "pairs": []}).comparisons() == [
-        ("grpo", "base"), ("ppo", "base"), ("ppo-8", "base")]
+        ("grpo", "base"), ("ppo", "base"), ("ppo-parent", "base")]
 
 
 def test_tables_stage_writes_the_gate_and_the_classes(tmp_path):

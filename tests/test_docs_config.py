@@ -91,7 +91,7 @@ def test_docs_config_blocks_agree_with_params():
 def test_the_check_finds_a_wrong_value_an_unknown_key_and_honours_the_markers():
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     schema = config.json_schema()
-    doc = ("text\n```yaml\ntrain:\n  ppo:\n    lam: 0.95   # a stale value\n    steps: 16\n```\n"
+    doc = ("text\n```yaml\ntrain:\n  ppo:\n    lam: 0.95   # a stale value\n    steps: 8\n```\n"
            "```yaml\nagent:\n  max_stepz: 3\n```\n"
            "```yaml\n# overlay: configs/klear-8b.yaml\nagent:\n  max_steps: 250\n```\n"
            "```yaml\n# example: the hub ingest turned on\ntasks:\n  ingest:\n    hub:\n"

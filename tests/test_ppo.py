@@ -151,7 +151,7 @@ def world(tmp_path_factory, tok):
                           "keep_checkpoints": 0, "minibatches": 2, "actor_lr": 1e-2,
                           "lora": {"dropout": 0.05}}},
         # the embedded default evaluates PPO's step-8 checkpoint: a step of this 2-step run instead
-        "evaluation": {"policies": {"ppo-8": {"step": 2}}}}).data
+        "evaluation": {"policies": {"ppo-parent": {"step": 2}}}}).data
     return {"root": root, "policy": policy, "critic": root / "critic", "tasks": root / "tasks.jsonl", "data": data}
 
 

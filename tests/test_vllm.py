@@ -321,7 +321,7 @@ def test_ppo_with_engine_vllm_generates_with_each_steps_adapter(vllm_python, mod
         "train": {"ppo": {"steps": 2, "tasks_per_step": 2, "checkpoint_every": 1, "actor_lr": 1e-2,
                           "lam": 0.95, "ppo_epochs": 1, "minibatches": 1, "threads": 1,
                           "lora": {"r": LORA_RANK}}},
-        "evaluation": {"policies": {"ppo-8": {"step": 2}}}}).data  # a checkpoint of this 2-step series
+        "evaluation": {"policies": {"ppo-parent": {"step": 2}}}}).data  # a checkpoint of this 2-step series
     monkeypatch.setenv(serve.VENV_ENV, str(vllm_python.parent.parent))
     monkeypatch.chdir(ROOT)  # the server's state folder: .forgeline/vllm of the project
     loaded: list[str] = []

@@ -95,7 +95,7 @@ def make_project(dest: Path) -> Path:
     params["train"]["warm_start"] = {"ppo-more": {"parent": "ppo", "step": 1, "steps": 1}}
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
                                         "heldout": ["results/validated/epsilon.jsonl"]}, threads=2)
-    params["evaluation"]["policies"].pop("ppo-8")
+    params["evaluation"]["policies"].pop("ppo-parent")
     params["evaluation"]["policies"].update({
         "ppo-1": {"path": "results/adapter", "step": 1, "base": "results/policy/sft", "panels": ["test"]},
         "ppo-more": {"path": "results/warm/ppo-more", "base": "results/policy/sft", "panels": ["test"]}})

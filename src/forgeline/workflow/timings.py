@@ -178,19 +178,22 @@ def run(cfg, args) -> None:
     console.print(f"time per stage in {args.results}/ (seconds summed over jobs"
                   f"{', the jobs of this run' if since is not None else ''})")
     console.print(table)
+    wall_s = None
     if since is not None:
-        console.print(f"wall time of this run: {_minutes(time.time() - since)}")
+        # to the last manifest the run wrote, so a table made after the run says the same
+        spans = job_spans(args.results, since)
+        wall_s = (max(s["end"] for s in spans) if spans else time.time()) - since
+        console.print(f"wall time of this run: {_minutes(wall_s)} (from --since to its last manifest)")
         busy = cpu_busy_share(args.cpu_start, proc_stat_cpu()) if getattr(args, "cpu_start", "") else None
         if busy is not None:
             console.print(f"the machine's {os.cpu_count()} cores were busy {busy:.0%} of it (/proc/stat: "
                           f"every process, the containers' too)")
         if getattr(args, "timeline", None):
-            spans = job_spans(args.results, since)
             if spans:
                 console.print(f"the run's {len(spans)} jobs, start to end: "
                               f"{plot_timeline(spans, since, args.timeline)}")
     if args.save:
-        wall = {"wall_s": round(time.time() - since, 1)} if since is not None else {}
+        wall = {"wall_s": round(wall_s, 1)} if wall_s is not None else {}
         write_json(args.save, {"machine": {"cpus": os.cpu_count()}, "note": args.note, **wall,
                                "stages": {s: {k: round(v, 1) for k, v in r.items()} for s, r in sorted(rows.items())}})
         console.print(f"saved as the reference: {args.save}")

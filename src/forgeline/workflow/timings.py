@@ -188,10 +188,8 @@ def run(cfg, args) -> None:
         if busy is not None:
             console.print(f"the machine's {os.cpu_count()} cores were busy {busy:.0%} of it (/proc/stat: "
                           f"every process, the containers' too)")
-        if getattr(args, "timeline", None):
-            if spans:
-                console.print(f"the run's {len(spans)} jobs, start to end: "
-                              f"{plot_timeline(spans, since, args.timeline)}")
+        if getattr(args, "timeline", None) and spans:
+            console.print(f"the run's {len(spans)} jobs, start to end: {plot_timeline(spans, since, args.timeline)}")
     if args.save:
         wall = {"wall_s": round(wall_s, 1)} if wall_s is not None else {}
         write_json(args.save, {"machine": {"cpus": os.cpu_count()}, "note": args.note, **wall,

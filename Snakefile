@@ -23,6 +23,7 @@ PARAMS = checked_config(config, CONFIG_FILES)
 CONFIG = config_args(CONFIG_FILES)
 REPOS_ROOT = config["repos"]["root"]
 POOL = config["repos"]["pool"]
+PANEL = config["repos"]["panel"]
 SFT = config["repos"]["sft"]
 # The policy every RL stage starts from: the tiny model after SFT (embedded default), or a
 # trained agent from the hub at a pinned commit (policy.base.source: hub, real scale).

@@ -19,7 +19,7 @@ rule generate:
         manifest="results/candidates/{repo}.manifest.json",
     params:
         conf=params_of(config, "seed", "repos.root", "sandbox", "tasks.generate"),
-        in_pool=lambda w: w.repo in POOL,  # tasks.generate.max_per_pool_repo applies
+        role=lambda w: "pool" if w.repo in POOL else "panel" if w.repo in PANEL else "other",  # max_per_{role}_repo
     log:
         "logs/generate/{repo}.log",
     priority: CRITICAL_PATH

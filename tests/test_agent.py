@@ -473,6 +473,44 @@ def test_rollout_concurrent_resumable_and_sorted(world, tok, sandbox, tmp_path):
                    tokenizer=tok, policy="other", progress=False)
 
 
+class CountingSandbox(ProcessSandbox):
+    """The process sandbox, counting the sessions it opens and the test runs it makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.sessions = self.test_runs = 0
+
+    def session(self, env, patches=()):
+        self.sessions += 1
+        return super().session(env, patches)
+
+    def run_tests(self, *args, **kwargs):
+        self.test_runs += 1
+        return super().run_tests(*args, **kwargs)
+
+
+def test_rollout_opens_sessions_at_the_first_call_and_grades_equal_answers_once(world, tok):
+    """Two seeds that only ever write malformed calls open no session and share the empty diff's
+    run; two that submit the same fix share its run; the verdicts are those of separate runs."""
+    sandbox = CountingSandbox()
+    alpha, beta = world["alpha"], world["beta"]
+    bad = "<tool_call>\n{\"name\": \"bash\"\n</tool_call>"
+    scripts = {alpha["problem_statement"]: [bad] * 4, beta["problem_statement"]: solve_script(beta)[1::2]}
+    cfg = config.merged(CFG, {"max_new_tokens": 128, "max_malformed_turns": 2, "rollout": {"concurrency": 4}})
+    pairs = [(t, s) for t in (alpha, beta) for s in (0, 1)]
+    recs = ro.rollout(pairs, ScriptedEngine.replay(tok, scripts), sandbox, cfg, envs=world["envs"],
+                      tokenizer=tok, policy="scripted", progress=False)
+    assert [(r["instance_id"], r["outcome"]) for r in recs] == \
+        [(alpha["instance_id"], "invalid")] * 2 + [(beta["instance_id"], "resolved")] * 2
+    assert sandbox.sessions == 2  # beta's two episodes: alpha's never ran a command
+    assert sandbox.test_runs == 2  # one for alpha's empty diff, one for beta's fix
+    assert sorted(r["timing"]["verify_cached"] for r in recs) == [False, False, True, True]
+    alone = [run_episode(t, s, ScriptedEngine.replay(tok, scripts), ProcessSandbox(), cfg, env=world["envs"][t["repo"]],
+                         tokenizer=tok, policy="scripted") for t, s in pairs]
+    assert [strip_volatile(r) for r in alone] == [strip_volatile(r) for r in recs]
+    assert not any(r["timing"]["verify_cached"] for r in alone)
+
+
 def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):
     engine = HFEngine(lm, tok)
     cfg = config.merged(CFG, {"max_steps": 1, "max_new_tokens": 24})

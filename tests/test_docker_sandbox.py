@@ -153,6 +153,30 @@ def test_session_is_locked_down_and_diffs(sandbox, env):
 
 
 @pytest.mark.docker
+def test_commands_go_through_init_as_docker_exec_ran_them(sandbox, env):
+    """What a command sees is what a `docker exec` of it saw; the engine never runs an exec."""
+    with sandbox.session(env) as s:
+        res = s.exec("echo $HOME $PYTHONHASHSEED $(id -un) $(pwd); cut -d' ' -f6 /proc/$$/stat; echo $$; "
+                     "cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs)'", 10)
+        home, seed, user, cwd, sid, pid, *status = res.output.split()
+        assert (home, seed, user, cwd) == ("/home/forgeline", "0", "forgeline", "/testbed")
+        assert sid == pid  # a session of its own, as runc made it
+        assert status == ["CapEff:", "0" * 16, "NoNewPrivs:", "1"]
+        # stdin, stdout and stderr in one stream, in order; the exit status as the shell saw it
+        both = s._run(["bash", "-c", "cat; echo err >&2; exit 3"], 10, stdin=b"in\n")
+        assert (both.exit_code, both.output) == (3, "in\nerr\n")
+        assert s.exec("kill -TERM $$", 10).exit_code == 128 + 15
+        assert s.exec("yes | head -2", 10).output == "y\ny\n"  # SIGPIPE ends `yes`, as on a shell
+        # what a command leaves running does not hold its answer (docker exec held it ~2 s)
+        t0 = time.perf_counter()
+        res = s.exec("sleep 30 & echo started", 10)
+        assert res.output == "started\n" and not res.timed_out and time.perf_counter() - t0 < 5
+        assert s.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 10).output.count("sleep 30") == 1
+        s.container.reload()
+        assert not s.container.attrs.get("ExecIDs")
+
+
+@pytest.mark.docker
 def test_run_tests_agrees_with_the_process_backend(sandbox, env):
     docker_run = sandbox.run_tests(env, [BUG], timeout_s=60)
     process_run = ProcessSandbox(python=sys.executable).run_tests(env, [BUG], timeout_s=60)

@@ -230,6 +230,15 @@ def test_cli_end_to_end_is_deterministic(repos_root, tmp_path):
     assert data_again == data  # byte-identical, whatever the scheduling
     same = {k: v for k, v in notes.items() if k not in ("threads", "mutation_timeout_s")}
     assert {k: manifest_again["notes"][k] for k in same} == same
+    assert (manifest["params"]["role"], manifest["params"]["max_kept"]) == ("other", 2)
+
+    # a heldout panel repository keeps max_per_panel_repo: the same first candidates
+    params["repos"]["panel"] = ["tinycalc"]
+    params["tasks"]["generate"]["max_per_panel_repo"] = 1
+    config.write_text(yaml.safe_dump(params))
+    data_panel, manifest_panel = run("c", threads=1)
+    assert (manifest_panel["params"]["role"], manifest_panel["params"]["max_kept"]) == ("panel", 1)
+    assert data_panel in data.splitlines(keepends=True)  # the first of the two kept before
 
 
 def test_only_files_whose_fix_the_verifier_admits_are_mutated(repos_root, tmp_path):

@@ -131,6 +131,8 @@ class GenerateConfig:
     """candidates kept per repository after the tests have run"""
     max_per_pool_repo: int | None = spec(ge=1)
     """candidates kept per repos.pool repository (null: max_per_repo); difficulty uses max_tasks_per_repo"""
+    max_per_panel_repo: int | None = spec(ge=1)
+    """candidates kept per repos.panel repository (null: max_per_repo): the heldout panel's size"""
     max_tries_per_repo: int = spec(ge=1)
     """mutations tried per repository (each costs one test run)"""
     kinds: list[Mutation] = spec(min_items=1)

@@ -11,10 +11,12 @@ tiny and the real policy. Tools (short schemas: every prompt pays for them):
 Their schemas, the prompts and the reading of tool outputs are `forgeline.agent.tools`.
 
 An `Episode` is a small state machine, so a rollout can drive many of them step-synchronously:
-`start()` opens the session (the bug patch applied), `next_prompt()` returns the token ids of the
-next prompt (or None when a limit ends the episode), `advance(generation)` records the turn,
-executes its tool calls and appends the results, `finish()` takes the session's diff, closes
-it, and asks `forgeline.sandbox.verify.verify` (a fresh environment, tests restored) for the
+`start()` renders the first prompt, `next_prompt()` returns the token ids of the next prompt (or
+None when a limit ends the episode), `advance(generation)` records the turn, executes its tool
+calls in the session (opened, the bug patch applied, at the first call: a fifth of the base policy's
+episodes end without one, and their answer is the unchanged repository) and appends the results,
+`finish()` takes the session's diff, closes it, and asks `forgeline.sandbox.verify.verify` (a
+fresh environment, tests restored; `verdicts` shares the runs of equal submissions) for the
 verdict. `run_episode` does all of it for one episode.
 
 Token alignment (what PPO needs): `tokens` is the exact sequence the policy saw, built
@@ -45,7 +47,7 @@ from forgeline.params import AgentConfig
 from forgeline.policy.chat import assistant_message, parse_tool_calls, render, tool_message
 from forgeline.policy.engine import Engine, Generation
 from forgeline.sandbox.base import Sandbox, SandboxError, TaskEnv
-from forgeline.sandbox.verify import verify
+from forgeline.sandbox.verify import Verdicts, verify
 from forgeline.seeds import derive_seed
 from forgeline.tasks.repos import RepoSnapshot
 from forgeline.tasks.schema import repo_key
@@ -80,14 +82,17 @@ class Episode:
 
     `tokenizer`: the policy's tokenizer (its chat template renders the prompts). `cfg`: the
     config's `agent`. `test_timeout_s`: the verifier's time limit (sandbox.test_timeout_s).
-    `source`: "policy" or "oracle" (recorded). The session is opened by `start()` and closed by
-    `finish()` or `close()`.
+    `source`: "policy" or "oracle" (recorded). The session is opened by the first tool call and
+    closed by `finish()` or `close()`. `verdicts`: the job's verify.Verdicts (None: each episode
+    runs its own).
     """
 
     def __init__(self, task: Mapping[str, Any], seed: int, tokenizer, sandbox: Sandbox, env: TaskEnv,
                  cfg: AgentConfig, policy: str = "policy", source: str = "policy",
-                 test_timeout_s: float = 120.0, context_limit: int | None = None):
+                 test_timeout_s: float = 120.0, context_limit: int | None = None,
+                 verdicts: Verdicts | None = None):
         self.task = task
+        self.verdicts = verdicts
         self.seed = int(seed)
         self.tok = tokenizer
         self.sandbox = sandbox
@@ -143,9 +148,8 @@ class Episode:
             self.logprobs.extend([0.0] * len(ids))
 
     def start(self) -> "Episode":
-        """Open the session (bug patch applied) and render the first prompt."""
+        """Render the first prompt (the session opens at the first tool call)."""
         self._t0 = time.monotonic()
-        self.session = self.sandbox.session(self.env, [self.task["patch"]])
         self.messages = [{"role": "system", "content": system_prompt(self.task)},
                          {"role": "user", "content": user_prompt(self.task)}]
         self._rendered = render(self.tok, self.messages, self.tools, add_generation_prompt=False)
@@ -205,6 +209,8 @@ class Episode:
 
     def _run_call(self, call) -> dict:
         c = self.cfg
+        if self.session is None:
+            self.session = self.sandbox.session(self.env, [self.task["patch"]])
         timeout = float(c.command_timeout_s)
         if call.name == "bash":
             command = call.arguments["command"]
@@ -395,10 +401,12 @@ class Episode:
             self.close()
         t0 = time.monotonic()
         verdict = verify(self.sandbox, self.env, self.task["patch"], submission,
-                         self.task["FAIL_TO_PASS"], self.task["PASS_TO_PASS"], self.test_timeout_s)
+                         self.task["FAIL_TO_PASS"], self.task["PASS_TO_PASS"], self.test_timeout_s,
+                         self.verdicts)
         self.timing["verify_s"] = time.monotonic() - t0
         verdict = dict(verdict)
         self.timing["verify_tests_s"] = float(verdict.pop("duration_s", 0.0) or 0.0)  # timings apart
+        self.timing["verify_cached"] = bool(verdict.pop("cached", False))  # and whose run it was
         self.timing["wall_s"] = self._elapsed()
         outcome = self.outcome(verdict)
         align = self.alignment()

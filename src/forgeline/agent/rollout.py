@@ -13,7 +13,8 @@ round:
    next group generates (with one lane, before anything else happens): the sandbox's tests
    use the CPU the engine leaves, instead of taking turns with it;
 4. finished episodes are verified in background threads (overlapping the next rounds'
-   generation) and each record is appended to the JSONL record file (flush + fsync) as soon as
+   generation; episodes with equal filtered diffs, such as the empty one, share one test run:
+   `verify.Verdicts`) and each record is appended to the JSONL record file (flush + fsync) as soon as
    it is ready. New episodes start as others finish.
 
 Reproducibility. `seeding: episode`: an episode is a function of (task, seed, policy, config)
@@ -58,6 +59,7 @@ from forgeline.policy.engine import Engine, PolicySpec, add_engine_arguments, op
 from forgeline.provenance import Manifest, canonical_json, read_jsonl, write_jsonl
 from forgeline.sandbox import get_sandbox
 from forgeline.sandbox.base import Sandbox, TaskEnv
+from forgeline.sandbox.verify import Verdicts
 from forgeline.seeds import derive_seed, stage_seed
 
 log = logging.getLogger(__name__)
@@ -162,6 +164,7 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
                dynamic_ncols=True, disable=not progress, leave=False)
     started: dict[tuple[str, int], Episode] = {}  # until their record is in
+    verdicts = Verdicts()  # equal submissions of this rollout share one test run
     finishing: list[concurrent.futures.Future] = []
     queue = list(todo)
 
@@ -201,15 +204,16 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                 advancing[g] = []
                 for ep in [ep for ep in group if ep.done]:
                     to_verification(group, ep)
-                # start new episodes (sessions open in parallel)
+                # start new episodes (each opens its session at its first tool call, in a tool thread)
                 fresh = []
                 while queue and len(group) + len(fresh) < share[g]:
                     task, seed = queue.pop(0)
                     fresh.append(Episode(task, seed, tok, sandbox, env_of(task), c, policy=policy,
-                                         test_timeout_s=test_timeout_s, context_limit=context_limit))
+                                         test_timeout_s=test_timeout_s, context_limit=context_limit,
+                                         verdicts=verdicts))
                 started.update((ep.key, ep) for ep in fresh)
-                for fut in [pool.submit(ep.start) for ep in fresh]:
-                    fut.result()
+                for ep in fresh:
+                    ep.start()
                 group.extend(fresh)
                 group.sort(key=lambda e: e.key)
                 # prompts; episodes stopped by a limit go to verification

@@ -12,10 +12,19 @@ The tests then run in a FRESH environment from the image: the bug patch, then th
 What this does not stop: code in the package itself runs inside the pytest process, so a
 deliberately adversarial fix could tamper with pytest from within (SWE-bench shares this limit).
 Works with any Sandbox backend.
+
+`Verdicts` keeps the verdicts of one job by what was graded: once validation has dropped the
+flaky tests (tasks.validate.gold_runs), a verdict is a function of the environment, the bug
+patch, the filtered diff and the tests, so an episode that submits a filtered diff another one
+of the job already submitted (most often the empty one: an episode that changed nothing) gets
+that verdict without a second test run, marked `cached`. Timed-out runs are never reused.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import threading
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
@@ -196,25 +205,69 @@ def gold_fix(bug_patch: str) -> str:
     return "".join(out)
 
 
+class Verdicts:
+    """The test-run part of verdicts, by sha256 of (image, snapshot, bug patch, filtered diff,
+    tests, time limit); thread-safe: episodes that end together wait for the one run of theirs."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    @staticmethod
+    def key(env: TaskEnv, bug_patch: str, kept: str, tests: Sequence[str], timeout_s: float) -> str:
+        what = [env.repo, env.commit, env.image, bug_patch, kept, list(tests), float(timeout_s)]
+        return hashlib.sha256(json.dumps(what).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def get(self, key: str) -> dict | None:
+        run = self._runs.get(key)
+        if run is not None:
+            self.hits += 1
+        return None if run is None else {**run, "duration_s": 0.0, "cached": True}
+
+    def put(self, key: str, run: dict) -> None:
+        if not run.get("timed_out"):
+            self._runs[key] = dict(run)
+
+
 def verify(sandbox: Sandbox, env: TaskEnv, bug_patch: str, agent_diff: str,
-           fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], timeout_s: float = 120.0) -> dict:
+           fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], timeout_s: float = 120.0,
+           verdicts: Verdicts | None = None) -> dict:
     """Grade `agent_diff` for the task (env + bug_patch) in a fresh environment.
 
     Returns grading.grade(...) plus: stripped ([{path, reason}]), applied (bool: the filtered
-    diff applied), timed_out, exit_code, duration_s. A filtered diff that does not apply is
-    unresolved (not an error); a bug patch that does not apply raises PatchError."""
+    diff applied), timed_out, exit_code, duration_s, and cached (True) where `verdicts` already
+    held the run. A filtered diff that does not apply is unresolved (not an error); a bug patch
+    that does not apply raises PatchError."""
     kept, stripped = filter_agent_diff(agent_diff, env.source)
     tests = sorted(set(fail_to_pass) | set(pass_to_pass))
+    if verdicts is None:
+        return {**_graded_run(sandbox, env, bug_patch, kept, fail_to_pass, pass_to_pass, tests, timeout_s),
+                "stripped": stripped}
+    key = Verdicts.key(env, bug_patch, kept, tests, timeout_s)
+    with verdicts.lock(key):
+        run = verdicts.get(key)
+        if run is None:
+            run = _graded_run(sandbox, env, bug_patch, kept, fail_to_pass, pass_to_pass, tests, timeout_s)
+            verdicts.put(key, run)
+    return {**run, "stripped": stripped}
+
+
+def _graded_run(sandbox: Sandbox, env: TaskEnv, bug_patch: str, kept: str, fail_to_pass: Sequence[str],
+                pass_to_pass: Sequence[str], tests: Sequence[str], timeout_s: float) -> dict:
     try:
         run = sandbox.run_tests(env, [bug_patch, kept], tests=tests, timeout_s=timeout_s)
     except PatchError as exc:
         if exc.index == 0:
             raise
         result = grade({}, fail_to_pass, pass_to_pass)
-        result.update(stripped=stripped, applied=False, timed_out=False, exit_code=None,
-                      duration_s=0.0, error=str(exc))
+        result.update(applied=False, timed_out=False, exit_code=None, duration_s=0.0, error=str(exc))
         return result
     result = grade(run.statuses, fail_to_pass, pass_to_pass)
-    result.update(stripped=stripped, applied=True, timed_out=run.timed_out, exit_code=run.exit_code,
-                  duration_s=run.duration_s)
+    result.update(applied=True, timed_out=run.timed_out, exit_code=run.exit_code, duration_s=run.duration_s)
     return result

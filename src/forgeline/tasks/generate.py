@@ -207,9 +207,11 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     root = cfg.repos.root
     kinds = list(gen.kinds)
     # a pool repository's tasks only feed difficulty, which evaluates max_tasks_per_repo of them:
-    # validating many more costs test runs and changes nothing downstream
-    in_pool = args.repo in cfg.repos.pool
-    max_keep = int(gen.max_per_pool_repo if in_pool and gen.max_per_pool_repo is not None else gen.max_per_repo)
+    # validating many more costs test runs and changes nothing downstream; a panel repository's
+    # are the heldout panel, whose size is chosen (the original's Verified subset: 27 tasks)
+    role = "pool" if args.repo in cfg.repos.pool else "panel" if args.repo in cfg.repos.panel else "other"
+    cap = {"pool": gen.max_per_pool_repo, "panel": gen.max_per_panel_repo}.get(role)
+    max_keep = int(cap if cap is not None else gen.max_per_repo)
     max_tries = int(gen.max_tries_per_repo)
     snapshot = RepoSnapshot.load(root, args.repo)
     env = snapshot.env()
@@ -217,7 +219,7 @@ def run(cfg: Config, args: argparse.Namespace) -> None:
     manifest = Manifest(
         stage="generate",
         params={"seed": cfg.seed, "repos.root": root, "sandbox": as_dict(cfg.sandbox),
-                "tasks.generate": as_dict(gen), "in_pool": in_pool, "max_kept": max_keep},
+                "tasks.generate": as_dict(gen), "role": role, "max_kept": max_keep},
         seeds={"generate": seed}, inputs=[str(snapshot.path)], code=__name__)
 
     with manifest.timed("sites"):

@@ -201,7 +201,7 @@ while True:
 # Applies the patches (a JSON list on stdin) in order with `git apply`; on failure prints
 # PATCH_FAILED and the failing index on the first line and exits 3. With argv[1] == "1", starts a
 # fresh git history afterwards: the session's baseline, and no `git log -p` that would show the
-# agent the patches. With argv[2], then becomes `bash -c argv[2]` (one exec, not two, per test run).
+# agent the patches. With argv[2], then becomes `bash -c argv[2]` (one command, not two, per test run).
 PATCH_FAILED = "FORGELINE-PATCH-FAILED"
 APPLY = f"""\
 import json, os, subprocess, sys
@@ -440,7 +440,7 @@ class DockerSession(Session):
         return self
 
     def exec_patched(self, patches: Sequence[str], command: str, timeout_s: float) -> ExecResult:
-        """Apply `patches` (PatchError if one fails), then run `command`: one exec for both."""
+        """Apply `patches` (PatchError if one fails), then run `command`: one command for both."""
         if not any(p.strip() for p in patches):
             return self.exec(command, timeout_s)
         res = self._run(["python3", "-c", APPLY, "0", command], timeout_s,

@@ -207,17 +207,18 @@ def gold_fix(bug_patch: str) -> str:
 
 class Verdicts:
     """The test-run part of verdicts, by sha256 of (image, snapshot, bug patch, filtered diff,
-    tests, time limit); thread-safe: episodes that end together wait for the one run of theirs."""
+    FAIL_TO_PASS, PASS_TO_PASS, time limit); thread-safe: episodes that end together wait for the one run of theirs."""
 
     def __init__(self) -> None:
         self._runs: dict[str, dict] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        self.hits = 0
 
     @staticmethod
-    def key(env: TaskEnv, bug_patch: str, kept: str, tests: Sequence[str], timeout_s: float) -> str:
-        what = [env.repo, env.commit, env.image, bug_patch, kept, list(tests), float(timeout_s)]
+    def key(env: TaskEnv, bug_patch: str, kept: str, fail_to_pass: Sequence[str],
+            pass_to_pass: Sequence[str], timeout_s: float) -> str:
+        what = [env.repo, env.commit, env.image, bug_patch, kept, sorted(fail_to_pass), sorted(pass_to_pass),
+                float(timeout_s)]
         return hashlib.sha256(json.dumps(what).encode("utf-8", "surrogateescape")).hexdigest()
 
     def lock(self, key: str) -> threading.Lock:
@@ -226,8 +227,6 @@ class Verdicts:
 
     def get(self, key: str) -> dict | None:
         run = self._runs.get(key)
-        if run is not None:
-            self.hits += 1
         return None if run is None else {**run, "duration_s": 0.0, "cached": True}
 
     def put(self, key: str, run: dict) -> None:
@@ -249,7 +248,7 @@ def verify(sandbox: Sandbox, env: TaskEnv, bug_patch: str, agent_diff: str,
     if verdicts is None:
         return {**_graded_run(sandbox, env, bug_patch, kept, fail_to_pass, pass_to_pass, tests, timeout_s),
                 "stripped": stripped}
-    key = Verdicts.key(env, bug_patch, kept, tests, timeout_s)
+    key = Verdicts.key(env, bug_patch, kept, fail_to_pass, pass_to_pass, timeout_s)
     with verdicts.lock(key):
         run = verdicts.get(key)
         if run is None:

@@ -216,6 +216,11 @@ HOSTILE = {
     "kill_init": ("kill -9 1; kill -USR1 1; echo still-here", {"output": "still-here"}),
     "kill_everything": ("sleep 600 & sleep 600 & kill -9 -1; wait; echo survived",
                         {"output": "survived"}),
+    # processes with much memory take a while to die after SIGKILL: the next command must not
+    # find them (CI once found 106 of the fork bomb's)
+    "slow_to_die": ("for i in $(seq 12); do python3 -c 'import time; "
+                    "x = [bytearray(8 << 20) for _ in range(6)]; time.sleep(600)' & done; sleep 600",
+                    {"timed_out": True, "timeout_s": 4}),
     "escaped_daemon": ("setsid bash -c 'while :; do sleep 1; done' & disown; sleep 600",
                        {"timed_out": True}),
     "output_flood": ("yes hostile", {"timed_out": True, "output": "[... output truncated ...]"}),

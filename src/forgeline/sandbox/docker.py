@@ -74,22 +74,35 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "forgeline", "GIT_AUTHOR_EMAIL": "forgeline@localh
 # the command has exited and its pipe is drained (what it left running in the background may go
 # on, as with `docker exec`). PID 1 reaps orphans, and a thread of it obeys SIGUSR1 only from
 # outside the container (si_pid 0): kill(-1, SIGKILL), which spares PID 1 and works with a full
-# process table. The sandbox user cannot signal it at all (another uid): `kill -9 1` is refused.
+# process table, again until no other process is left (not even a zombie); then it answers b"k",
+# and starts or answers nothing before that, so the next command finds an empty container.
+# The sandbox user cannot signal it at all (another uid): `kill -9 1` is refused.
 # Requests: ">II" (JSON length, stdin length) + {"argv", "user", "cwd", "env", "stdin": bool} +
-# stdin; answers: ">cI" (b"o" output | b"x" exit status, length) + payload.
+# stdin; answers: ">cI" (b"o" output | b"x" exit status | b"k" stop done, length) + payload.
 INIT = """\
-import json, os, pwd, select, signal, struct, threading
+import json, os, pwd, select, signal, struct, threading, time
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+wake, wake_w = os.pipe()
+os.set_blocking(wake_w, False)
+stops = [0, 0]  # SIGUSR1s received, stops finished (all processes but INIT gone and reaped)
 def stop_all():
     while True:
         if signal.sigwaitinfo({signal.SIGUSR1}).si_pid == 0:
+            stops[0] += 1
+            while True:
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                except OSError:
+                    pass
+                time.sleep(0.002)
+            stops[1] += 1
             try:
-                os.kill(-1, signal.SIGKILL)
+                os.write(wake_w, b"k")
             except OSError:
                 pass
 threading.Thread(target=stop_all, daemon=True).start()
-wake, wake_w = os.pipe()
-os.set_blocking(wake_w, False)
 signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.set_wakeup_fd(wake_w)
 def send(kind, data=b""):
@@ -141,9 +154,16 @@ def finish(job):
     if job["in"] is not None:
         os.close(job["in"])
     send(b"x", str(job["status"]).encode())
-buf, job, reading = bytearray(), None, True
+buf, job, reading, acked = bytearray(), None, True, 0
 while True:
-    if job is None and len(buf) >= 8:
+    stopping = stops[0] != stops[1]
+    if job and job["status"] is not None and not stopping:
+        finish(job)
+        job = None
+    if not stopping and acked != stops[1]:
+        acked = stops[1]
+        send(b"k")
+    if job is None and not stopping and len(buf) >= 8:
         n, m = struct.unpack(">II", buf[:8])
         if len(buf) >= 8 + n + m:
             req, data = json.loads(bytes(buf[8:8 + n])), bytes(buf[8 + n:8 + n + m])
@@ -158,12 +178,13 @@ while True:
         rl.append(job["out"])
     if job and job["in"] is not None:
         wl.append(job["in"])
-    try:
-        r, w, _ = select.select(rl, wl, [])
+    try:  # while a stop runs, poll: its zombies must be reaped for kill(-1) to find none
+        r, w, _ = select.select(rl, wl, [], 0.01 if stopping else None)
     except InterruptedError:
         continue
     if wake in r:
         os.read(wake, 4096)
+    if wake in r or stopping:
         while True:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
@@ -188,9 +209,6 @@ while True:
         else:
             os.close(job["out"])
             job["out"] = None
-    if job and job["status"] is not None:
-        finish(job)
-        job = None
     if 0 in r:
         data = os.read(0, 65536)
         reading = bool(data)
@@ -461,13 +479,13 @@ class DockerSession(Session):
         if self._lost or self.container is None or self._channel is None:
             raise SandboxError(f"session {self.id[:8]} of {self.env.repo} is closed or lost")
         out = _Output(limit or self._sandbox.options["output_limit"])
-        code, timed_out = None, False
+        code, timed_out, stopped = None, False, True
         with self._busy:
             t0 = time.monotonic()
             try:
                 self._channel.send(cmd, user, environment, stdin)
                 deadline = t0 + timeout_s
-                while code is None:
+                while code is None or not stopped:
                     answer = self._channel.receive(deadline)
                     if answer is None:
                         if timed_out:  # INIT could not help: the container is lost, kill it whole
@@ -477,11 +495,13 @@ class DockerSession(Session):
                             except Exception:
                                 pass
                             break
-                        timed_out = True
+                        timed_out, stopped = True, False
                         self._kill_all()
                         deadline = time.monotonic() + KILL_GRACE_S
                     elif answer[0] == b"o":
                         out.add(answer[1])
+                    elif answer[0] == b"k":
+                        stopped = True
                     else:
                         code = int(answer[1])
             except (OSError, EOFError) as exc:  # the stream broke: the container stopped

@@ -6,7 +6,7 @@ import difflib
 
 import pytest
 
-from forgeline.tasks.mutations import (KINDS, apply_mutation, enumerate_mutation_sites,
+from forgeline.tasks.mutations import (KINDS, Site, apply_mutation, enumerate_mutation_sites,
                                        select_sites)
 
 SAMPLE = '''"""A module docstring with 1 + 2 in it."""
@@ -167,3 +167,75 @@ def test_selection_is_seeded_round_robin():
     assert sorted(everything) == sorted(sites)
     others = [select_sites(sites, kinds, seed=s, max_tries=12) for s in range(4, 10)]
     assert any(o != first for o in others)
+
+
+TRICKY = '''\
+from __future__ import annotations
+import functools
+X = 1; Y = 2
+
+
+class Outer:
+    limit = 3
+
+    @functools.lru_cache(None)
+    def first(self, a, b):
+        return a + b if a < b else a - b
+
+    class Inner:
+    \tdef second(self, a):  # a tab after four spaces
+    \t    return [a * 2, not a]
+
+
+def third(a, b):
+    x = (a
+         + b); y = x * 2
+    return f(y, x) if y > 0 else None
+'''
+
+
+def _whole_module_changed(reference: str, mutated: str) -> bool:
+    try:
+        tree = ast.parse(mutated)
+        compile(tree, "<m>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return ast.dump(tree) != reference
+
+
+def test_statement_check_agrees_with_the_whole_module():
+    """`Reference.changed` and `.same` parse only the statement around the edit (in `class _:`
+    headers inside classes); on every site of these files they say what the whole module says."""
+    import glob
+    import sysconfig
+    from pathlib import Path
+
+    from forgeline.tasks.mutations import Reference, candidate_sites
+    files = [("tricky.py", TRICKY), ("sample.py", SAMPLE)]
+    root = Path(__file__).resolve().parents[1] / "data" / "repos"
+    files += [(p, Path(p).read_text()) for p in sorted(glob.glob(f"{root}/*/*/*.py"))
+              + [f"{sysconfig.get_paths()['stdlib']}/shlex.py"]]
+    decided = 0
+    for path, source in files:
+        sites, ref = candidate_sites(source, KINDS, path)
+        assert isinstance(ref, Reference)
+        whole = ast.dump(ast.parse(source))
+        for site in sites if path == "tricky.py" else sites[::8]:  # the whole check is slow
+            mutated = apply_mutation(source, site)
+            quick = ref.changed(mutated, site)
+            decided += quick is not None
+            if quick is not None:
+                assert quick == _whole_module_changed(whole, mutated), (path, site)
+            same = ref.same(mutated)  # the same question, the changed characters found by diffing
+            assert same is None or same == (not _whole_module_changed(whole, mutated)), (path, site)
+    assert decided > 1000
+    # the wrapper: a method inside a nested class is checked inside two `class _:` headers
+    sites, ref = candidate_sites(TRICKY, KINDS, "tricky.py")
+    inner = [s for s in sites if s.function == "Outer.Inner.second"]
+    assert inner and ref.chunk(inner[0].edits[0][0], inner[0].edits[0][1])[2] == "class _:\n    class _:\n"
+    # an edit that breaks the statement alone is left to the whole module
+    broken = Site("tricky.py", 12, 0, "op_swap", "x", "Outer.first",
+                  ((TRICKY.index("a + b"), TRICKY.index("a + b") + 5, "a + b", "a + (b"),))
+    assert ref.changed(apply_mutation(TRICKY, broken), broken) is None
+    assert ref.same(TRICKY.replace("X = 1; Y = 2", "X = 1;  Y = (2)")) is True
+    assert ref.same(TRICKY + "\n\n# a comment\n") is True and ref.same(TRICKY + "Z = 3\n") is False

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from forgeline.agent.tools import apply_edit
 from forgeline.policy.chat import format_tool_call
-from forgeline.tasks.mutations import candidate_sites, mutated_if_valid, program
+from forgeline.tasks.mutations import Reference, candidate_sites, mutated_if_valid, parse, program
 
 # The whole suite, without tracebacks or the list of failures (-rN), and, when it fails, every
 # edit since the session started (its baseline commit) taken back: the same command after
@@ -233,27 +233,37 @@ def scan_edits(buggy: str, path: str, lines: range, kinds: Sequence[str] = GUESS
         yield {"path": path, "line": fix[0], "old": fix[1], "new": fix[2]}
 
 
-def same_program(a: str | None, b: str) -> bool:
+def same_program(a: str | None, b: str, reference: Reference | None = None) -> bool:
     """Whether source `a` is the program `b` (the same AST): a fix may leave parentheses the bug
-    put in (`not (x < y)` -> `(x < y)` restores `x < y`), and the tests cannot tell."""
+    put in (`not (x < y)` -> `(x < y)` restores `x < y`), and the tests cannot tell.
+    `reference`: `b` parsed, to compare only the statement that differs."""
     if a is None:
         return False
     if a == b:
         return True
+    same = reference.same(a) if reference is not None else None
+    if same is not None:
+        return same
     try:
         return program(a) == program(b)
     except (SyntaxError, ValueError):
         return False
 
 
-def scan_to_fix(buggy: str, clean: str, path: str, lines: range, max_guesses: int) -> list[dict[str, Any]] | None:
+def scan_to_fix(buggy: str, clean: str, path: str, lines: range, max_guesses: int,
+                reference: Reference | None = None) -> list[dict[str, Any]] | None:
     """The scan's edits up to and including the one that restores `clean`'s program (the fix
     last), or None when no candidate on `lines` is the fix or more than `max_guesses` wrong ones
-    come first."""
+    come first. `reference`: `clean` parsed, where the caller has it."""
     out: list[dict[str, Any]] = []
+    if reference is None:
+        try:
+            reference = Reference(clean, parse(clean))
+        except (SyntaxError, ValueError):
+            pass
     for edit in scan_edits(buggy, path, lines):
         out.append(edit)
-        if same_program(apply_edit(buggy, edit["old"], edit["new"], edit["line"]), clean):
+        if same_program(apply_edit(buggy, edit["old"], edit["new"], edit["line"]), clean, reference):
             return out
         if len(out) > max_guesses:
             return None

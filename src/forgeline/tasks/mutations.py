@@ -22,7 +22,9 @@ the thing a user would report as misbehaving.
 """
 from __future__ import annotations
 
+import __future__
 import ast
+import bisect
 import random
 import re
 import threading
@@ -165,7 +167,119 @@ def enumerate_mutation_sites(source: str, kinds: Iterable[str] = KINDS, path: st
     return sites
 
 
-def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -> tuple[list[Site], str] | None:
+class Reference:
+    """The parsed module that mutations of it are checked against (`mutated_if_valid`).
+
+    A mutation edits a few characters, so only the statement around them can change: the
+    check parses, compiles and compares the smallest top-level statement (or class-body
+    statement, inside `class _:` headers) that holds the edit, not the whole module. Where
+    that cannot be decided exactly (the statement alone does not compile, a carriage return,
+    a `__future__` import outside the chunk's reach) it falls back to the whole module."""
+
+    def __init__(self, source: str, tree: ast.Module):
+        self.source, self.tree = source, tree
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        self.flags = 0
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                for alias in node.names:
+                    feature = getattr(__future__, alias.name, None)
+                    self.flags |= getattr(feature, "compiler_flag", 0)
+        self._dumps: dict[tuple[int, int, str], str | None] = {}
+
+    def program(self) -> str:
+        return program(self.source, self.tree)
+
+    def _line(self, offset: int) -> int:
+        return bisect.bisect_right(self.line_starts, offset)
+
+    def chunk(self, lo: int, hi: int) -> tuple[int, int, str] | None:
+        """(first char, end char, wrapper) of the smallest statement run that holds the
+        characters [lo, hi), whole lines; None when there is none."""
+        lo_line, hi_line = self._line(lo), self._line(max(hi - 1, lo))
+        body, wrap = self.tree.body, ""
+        while True:
+            firsts = [min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", ())]) for n in body]
+            hit = [k for k, n in enumerate(body) if firsts[k] <= hi_line and n.end_lineno >= lo_line]
+            if not hit:
+                return None
+            i, j = hit[0], hit[-1]
+            while i > 0 and body[i - 1].end_lineno >= firsts[i]:  # `a = 1; b = 2`: one line, one run
+                i -= 1
+            while j + 1 < len(body) and firsts[j + 1] <= body[j].end_lineno:
+                j += 1
+            if not (firsts[i] <= lo_line and hi_line <= body[j].end_lineno):
+                return None
+            node = body[i]
+            if i == j and isinstance(node, ast.ClassDef) and node.body and node.body[0].lineno > node.lineno \
+                    and lo_line >= min([node.body[0].lineno]
+                                       + [d.lineno for d in getattr(node.body[0], "decorator_list", ())]):
+                line = self.source[self.line_starts[node.lineno - 1]:]
+                wrap += re.match(r"[ \t]*", line).group() + "class _:\n"
+                body = node.body
+                continue
+            end = self.line_starts[body[j].end_lineno] if body[j].end_lineno < len(self.line_starts) \
+                else len(self.source)
+            return self.line_starts[firsts[i] - 1], end, wrap
+
+    def _program(self, text: str) -> str | None:
+        """ast.dump of a chunk (wrapper + the chunk's text), or None when it does not compile."""
+        try:
+            tree = parse(text)
+            compile(tree, "<chunk>", "exec", flags=self.flags, dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return None
+        return ast.dump(tree)
+
+    def changed(self, mutated: str, site: Site) -> bool | None:
+        """Whether `mutated` (this module with the site's edits) compiles and is another
+        program: True/False, or None when only the whole module can tell."""
+        if not site.edits:
+            return None
+        return self._differs(mutated, min(e[0] for e in site.edits), max(e[1] for e in site.edits))
+
+    def same(self, text: str) -> bool | None:
+        """Whether `text` compiles and is this module's program (its AST): True/False, or None
+        when only the whole module can tell (`program`)."""
+        n = min(len(text), len(self.source))
+        lo = _common(self.source, text, n)
+        tail = _common(self.source[::-1], text[::-1], n - lo)
+        differs = self._differs(text, max(lo - 1, 0), min(len(self.source) - tail + 1, len(self.source)))
+        return None if differs is None else not differs
+
+    def _differs(self, text: str, lo: int, hi: int) -> bool | None:
+        """The chunk check, where `text` equals this module outside its characters [lo, hi)."""
+        if "\r" in self.source:
+            return None
+        found = self.chunk(lo, hi)
+        if found is None:
+            return None
+        start, end, wrap = found
+        if self.flags and "__future__" in self.source[start:end]:
+            return None
+        key = (start, end, wrap)
+        if key not in self._dumps:
+            self._dumps[key] = self._program(wrap + self.source[start:end])
+        new = self._program(wrap + text[start:end + len(text) - len(self.source)])
+        if new is None or self._dumps[key] is None:
+            return None  # perhaps it runs into the next lines: the whole module decides
+        return new != self._dumps[key]
+
+
+def _common(a: str, b: str, limit: int) -> int:
+    """The length of the common prefix of `a` and `b` (at most `limit`), by halving: slices
+    compare in C."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -> tuple[list[Site], Reference] | None:
     """The unchecked sites of `source` (sorted) and the AST dump of the module that
     `mutated_if_valid` compares against; None when the module does not parse."""
     kinds = tuple(kinds)
@@ -178,21 +292,25 @@ def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -
         return None
     collector = _Collector(source, path, set(kinds))
     collector.visit_module(tree)
-    return sorted(set(collector.sites)), program(source, tree)
+    return sorted(set(collector.sites)), Reference(source, tree)
 
 
-def mutated_if_valid(source: str, site: Site, reference: str, path: str = "") -> str | None:
+def mutated_if_valid(source: str, site: Site, reference: Reference, path: str = "") -> str | None:
     """The mutated text if it compiles and changes the AST (not just whitespace or
-    parentheses), else None. Checking costs a parse and a compile of the whole module, so
-    callers that need a few sites check them one by one instead of enumerating all."""
+    parentheses), else None. Checking costs a parse and a compile of the statement around the
+    edit (`Reference`), so callers that need a few sites check them one by one instead of
+    enumerating all."""
     mutated = apply_mutation(source, site)
+    changed = reference.changed(mutated, site)
+    if changed is not None:
+        return mutated if changed else None
     try:
         # one parse: compiling the tree raises what compiling the text would after parsing
         tree = parse(mutated)
         compile(tree, path or "<mutated>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
-    return None if program(mutated, tree) == reference else mutated
+    return None if program(mutated, tree) == reference.program() else mutated
 
 
 def select_sites(sites: Sequence[Site], kinds: Sequence[str], seed: int, max_tries: int) -> list[Site]:

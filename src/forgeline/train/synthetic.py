@@ -155,13 +155,15 @@ def with_recovery(messages: list[dict], tools: Sequence[dict], rng: random.Rando
 
 
 def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
-                       max_tool_output_chars: int = 2000, max_guesses: int = 0) -> list[dict] | None:
+                       max_tool_output_chars: int = 2000, max_guesses: int = 0,
+                       reference=None) -> list[dict] | None:
     """An oracle-style conversation that fixes `site` (a mutations.Site of `clean`, the text of
     the file at repo-relative `path`): system, user (a statement naming the function), then
     grep / edit / test call / submit turns with synthesised tool results; with `max_guesses`
     > 0 the edits are the scan's up to the fix (`oracle_script.scan_to_fix`), each with its test call.
     None when the mutation cannot be rendered as one unique edit (several hunks, an ambiguous
-    `old`, no newline at the end of the file) or the scan does not reach it."""
+    `old`, no newline at the end of the file) or the scan does not reach it. `reference`:
+    `clean` parsed (mutations.Reference), where the caller has it."""
     if not clean.endswith("\n"):
         return None
     buggy = apply_mutation(clean, site)
@@ -191,7 +193,7 @@ def synthetic_messages(clean: str, path: str, site, max_lines: int = 30,
     statement = synthetic_statement(f"`{site.function}`", name, module, rng, callers, path)
     edits = [edit]
     if max_guesses > 0:
-        scan = scan_to_fix(buggy, clean, path, shown_lines(fn, max_lines), max_guesses)
+        scan = scan_to_fix(buggy, clean, path, shown_lines(fn, max_lines), max_guesses, reference)
         if scan is None:
             return None
         edits = [{**e, "path": shown_path(path)} for e in scan]
@@ -343,7 +345,8 @@ def _file_conversations(r: _Recipe, job: tuple[int, str, str]) -> list[tuple[str
             break
         if mutated_if_valid(text, site, reference, path) is None:
             continue
-        msgs = synthetic_messages(text, path, site, r.max_lines, r.max_tool_output_chars, r.max_guesses)
+        msgs = synthetic_messages(text, path, site, r.max_lines, r.max_tool_output_chars, r.max_guesses,
+                                  reference)
         if msgs is None:
             continue
         sid = f"synthetic:{path}:{site.line}:{site.col}:{site.kind}:{site.detail}"

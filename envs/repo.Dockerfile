@@ -29,9 +29,6 @@ ENV PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
 
 COPY repo/ /testbed/
 COPY wheels/ /tmp/forgeline-wheels/
-# `python3 -m pytest` through a zygote with pytest imported (src/forgeline/sandbox/container/):
-# the agent's test runs skip pytest's start; every other python3 call is /usr/bin/python3's.
-COPY forgeline/ /usr/local/lib/forgeline/
 
 # One RUN step: every step of the legacy builder costs a container start.
 # Test dependencies go to /usr/local (Debian's site for pip), not into /testbed.
@@ -58,8 +55,7 @@ RUN set -eu; \
     chown -R 1000:1000 /testbed; \
     mkdir -m 0700 /opt/forgeline; \
     cp -a /testbed /opt/forgeline/testbed; \
-    cd / && python3 -c 'import pytest' || { echo 'base image lacks pytest' >&2; exit 1; }; \
-    ln -s /usr/local/lib/forgeline/python3 /usr/local/bin/python3
+    cd / && python3 -c 'import pytest' || { echo 'base image lacks pytest' >&2; exit 1; }
 
 USER forgeline
 WORKDIR /testbed

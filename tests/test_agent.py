@@ -359,6 +359,11 @@ def test_edit_tool_in_the_sandbox_takes_any_text(world, sandbox):
         s.exec("mkdir -p other && cp alpha/__init__.py other/copy.py", 20)
         two = s.exec(tools.edit_command("./x/copy.py", "a", "b"), 20)
         assert two.exit_code == 1 and "cannot read ./x/copy.py" in two.output
+        # an edit to the same text is done without touching the file: git's answer cannot
+        # depend on the clock (a rewrite within the index's second reads as unchanged)
+        before = s.exec("stat -c %Y.%y alpha/copy.py", 20).output
+        same = s.exec(tools.edit_command("alpha/copy.py", "return a + b", "return a + b"), 20)
+        assert same.output == "edited alpha/copy.py\n" and s.exec("stat -c %Y.%y alpha/copy.py", 20).output == before
 
     # with `line`: the script does what its pure twin does, and says where it edited
     source = TINY_REPOS["alpha"][0]

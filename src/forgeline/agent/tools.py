@@ -70,6 +70,8 @@ def user_prompt(task: Mapping[str, Any]) -> str:
 # A path that names no file but whose file name is that of exactly one file of the repository
 # means that file (`./expression.py` for `./cronparse/expression.py`), and the answer says so:
 # the folder is what a small policy drops when it copies a path from grep's output.
+# An edit that changes nothing leaves the file alone: a rewrite with the same text would make
+# `git checkout .` say "Updated 1 path" or "0 paths" by whether it fell in the index's second.
 EDIT_SCRIPT = """import base64,json,os,sys
 a=json.loads(base64.b64decode(sys.stdin.read()).decode("utf-8"))
 p,o,n,l=a["path"],a["old"],a["new"],a.get("line")
@@ -80,7 +82,7 @@ if not os.path.exists(q):
     if b and len(F)==1:
         q=p=F[0]
 try:
-    f=open(q,encoding="utf-8",newline="");s=f.read();f.close()
+    f=open(q,encoding="utf-8",newline="");s=s0=f.read();f.close()
 except (OSError,UnicodeError) as e:
     print("edit failed: cannot read %s (%s)"%(p,type(e).__name__));sys.exit(1)
 if l is None:
@@ -99,7 +101,8 @@ else:
     L[i]=L[i].replace(o,n,1);s="".join(L)
     if i+1!=l:
         p="%s at line %d"%(p,i+1)
-f=open(q,"w",encoding="utf-8",newline="");f.write(s);f.close()
+if s!=s0:
+    f=open(q,"w",encoding="utf-8",newline="");f.write(s);f.close()
 print("edited %s"%p)
 """
 assert "'" not in EDIT_SCRIPT

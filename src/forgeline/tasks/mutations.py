@@ -174,7 +174,8 @@ class Reference:
     check parses, compiles and compares the smallest top-level statement (or class-body
     statement, inside `class _:` headers) that holds the edit, not the whole module. Where
     that cannot be decided exactly (the statement alone does not compile, a carriage return,
-    a `__future__` import outside the chunk's reach) it falls back to the whole module."""
+    a `__future__` import inside the statement) it falls back to the whole module. The
+    module's own `__future__` imports are compiled into every statement's check."""
 
     def __init__(self, source: str, tree: ast.Module):
         self.source, self.tree = source, tree
@@ -280,7 +281,7 @@ def _common(a: str, b: str, limit: int) -> int:
 
 
 def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -> tuple[list[Site], Reference] | None:
-    """The unchecked sites of `source` (sorted) and the AST dump of the module that
+    """The unchecked sites of `source` (sorted) and the parsed module (`Reference`) that
     `mutated_if_valid` compares against; None when the module does not parse."""
     kinds = tuple(kinds)
     unknown = sorted(set(kinds) - set(KINDS))

@@ -17,7 +17,11 @@ its own), all at T = 0.5, eos suppressed for rows that end early only by the len
 - `decode+cache, a seed per row`: the same with per-prompt `seeds` (`rollout.seeding: episode`,
   what PPO and GRPO use);
 - `one row per call+cache`: one `generate` per prompt with its own seed, how `seeding: episode`
-  generated before (each episode alone).
+  generated before (each episode alone);
+- `decode+cache, model forward + multinomial`: `decode+cache` as it ran until session 24: each
+  decode step through the model's own forward (not `forgeline.policy.qwen3_step`) and each
+  token drawn with torch.multinomial (not one uniform number through the cumulative
+  distribution).
 
 Variants alternate per repeat so machine load hits all alike; the table shows medians of
 wall seconds for the whole conversation, generated tokens per second, and the ratio to
@@ -94,6 +98,32 @@ def engine_variant(engine, per_row: bool = False, one_by_one: bool = False):
     return run
 
 
+def before_session_24(run):
+    """`run` with decode steps through the model's forward and torch.multinomial draws."""
+    import torch
+
+    from forgeline.policy import decode
+
+    def multinomial_sample(logits, temperature, top_p, generator):
+        scores = logits / temperature  # top_p = 1 here
+        logp = torch.log_softmax(scores, -1)
+        if isinstance(generator, (list, tuple)):
+            token = torch.cat([torch.multinomial(row.exp(), 1, generator=g) for row, g in zip(logp, generator)])
+        else:
+            token = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+        return token, logp.gather(-1, token[:, None])[:, 0]
+
+    def legacy(prompts, new_tokens, seed):
+        saved = decode.Qwen3Step.of, decode.sample_next
+        decode.Qwen3Step.of, decode.sample_next = (lambda model: None), multinomial_sample
+        try:
+            return run(prompts, new_tokens, seed)
+        finally:
+            decode.Qwen3Step.of, decode.sample_next = saved
+    legacy.engine = run.engine
+    return legacy
+
+
 def conversation(run, rows: int, turns: int, new_tokens: int, answer: int, vocab: int, seed: int) -> dict:
     import random
 
@@ -142,6 +172,8 @@ def main() -> int:
         "decode+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None)),
         "decode+cache, a seed per row": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None), per_row=True),
         "one row per call+cache": engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None), one_by_one=True),
+        "decode+cache, model forward + multinomial": before_session_24(
+            engine_variant(HFEngine(model, tok, eos_token_ids=eos, threads=None))),
     }
     for run in variants.values():  # warm-up, untimed
         run([[5] * 40, [6] * 30], 4, 0)

@@ -335,6 +335,76 @@ def test_rows_that_end_early_leave_the_batch_and_the_rest_decode_unchanged(lm, t
     assert cached.prefix_cache.hits_tokens >= sum(len(t) - len(answer) - 1 for t in turn2)
 
 
+def _decode_logits(model, prompts, steps, lean: bool):
+    """The logits of `steps` greedy decode steps after `prompts` (left-padded rows of different
+    lengths), through Qwen3Step or through the model's forward; and the rows decoded."""
+    from forgeline.policy import decode
+
+    seen, sample = [], decode.sample_next
+
+    def record(logits, *args):
+        seen.append(logits.clone())
+        return sample(logits, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decode, "sample_next", record)
+        if lean:
+            assert decode.Qwen3Step.of(model) is not None
+        else:
+            mp.setattr(decode.Qwen3Step, "of", classmethod(lambda cls, model: None))
+        with torch.inference_mode():
+            rows = decode.decode_batch(model, prompts, steps, 0.0, 1.0, 0, [-1], 0)
+    return torch.cat(seen), rows
+
+
+def test_qwen3_step_decodes_as_the_model_forward_plain_and_with_a_lora(lm, tok):
+    """The lean decode step gives the logits of transformers' forward (to float rounding) on a
+    left-padded batch, for the plain model and for a PEFT LoRA around it (its delta unmerged),
+    is rebuilt after the weights change, and steps aside where it would not be exact."""
+    from peft import LoraConfig, get_peft_model
+
+    from forgeline.policy.qwen3_step import Qwen3Step
+
+    prompts = _prompts(tok)
+    peft_model = get_peft_model(tiny_lm(tok, seed=3), LoraConfig(
+        r=4, lora_alpha=8, target_modules=list(tiny.LORA_TARGET_MODULES), init_lora_weights=False)).eval()
+    for model in (lm, peft_model):
+        ref, ref_rows = _decode_logits(model, prompts, 6, lean=False)
+        got, rows = _decode_logits(model, prompts, 6, lean=True)
+        assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (got - ref).abs().max()
+        assert [r.token_ids for r in rows] == [r.token_ids for r in ref_rows]
+    # the adapter matters (its delta is in the step), and a change of weights rebuilds the step
+    assert not torch.allclose(_decode_logits(lm, prompts, 1, True)[0], _decode_logits(peft_model, prompts, 1, True)[0])
+    before = Qwen3Step.of(peft_model)
+    assert Qwen3Step.of(peft_model) is before
+    with torch.no_grad():
+        next(p for n, p in peft_model.named_parameters() if "lora_B" in n).add_(0.5)
+    after = Qwen3Step.of(peft_model)
+    assert after is not before and not torch.equal(after.layers[0].qkv, before.layers[0].qkv)
+    ref, _ = _decode_logits(peft_model, prompts, 2, lean=False)
+    assert torch.allclose(_decode_logits(peft_model, prompts, 2, lean=True)[0], ref, atol=1e-4, rtol=1e-4)
+    # dropout would act in training mode, and a DoRA adapter is not a plain delta: the forward decodes
+    assert Qwen3Step.of(peft_model.train()) is None
+    peft_model.eval()
+    dora = get_peft_model(tiny_lm(tok, seed=3), LoraConfig(r=4, target_modules=["q_proj"], use_dora=True)).eval()
+    assert Qwen3Step.of(dora) is None
+
+
+def test_inverse_cdf_draws_each_token_with_its_probability_and_never_a_zero_one():
+    from forgeline.policy.decode import inverse_cdf
+
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.2, 0.3, 0.0]] * 20000)
+    g = torch.Generator().manual_seed(0)
+    tokens = inverse_cdf(probs, torch.rand(len(probs), generator=g))
+    counts = torch.bincount(tokens, minlength=6).float() / len(tokens)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.allclose(counts, probs[0], atol=0.015), counts
+    # the largest uniform below 1, and a total that rounds: still the last token with mass
+    edge = torch.tensor([[0.3, 0.7000001, 0.0]])
+    assert inverse_cdf(edge, torch.tensor([1 - 2 ** -24])).tolist() == [1]
+    assert inverse_cdf(edge, torch.tensor([0.0])).tolist() == [0]
+
+
 def test_prefix_cache_evicts_least_recently_used_past_its_budget():
     from forgeline.policy.decode import PrefixCache
 

@@ -11,10 +11,13 @@ preallocated key/value buffer.
 - `PrefixCache`: key/value states of recent token sequences, least recently used evicted past a
   byte budget, emptied when the model's weights change (`weights_version`).
 - `sample_next`: one token per row from softmax(logits / T), top-p nucleus, greedy at T = 0,
-  and the log-probability it was drawn with (module docstring of `forgeline.policy.engine`).
+  and the log-probability it was drawn with (module docstring of `forgeline.policy.engine`);
+  one uniform number per row, inverted through the row's cumulative distribution.
 - `decode_batch`: the loop; returns each row's tokens and log-probs. Once half of the rows
   still in the batch have ended, the finished ones leave it, so a long sample does not make
-  the short ones' slots compute padding to the end.
+  the short ones' slots compute padding to the end. A Qwen3 decodes through
+  `forgeline.policy.qwen3_step` (the same arithmetic without transformers' module stack), any
+  other model through its own forward.
 
 Positions are each row's own (left padding never shifts RoPE), so a row's tokens match an
 unpadded forward of the same sequence up to float rounding (tests/test_policy.py).
@@ -27,6 +30,8 @@ from typing import Callable, Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from forgeline.policy.qwen3_step import Qwen3Step
 
 # per layer: (keys, values), each [1, kv_heads, tokens, head_dim]
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -175,10 +180,25 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
         scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
     logp = torch.log_softmax(scores, -1)
     if isinstance(generator, (list, tuple)):
-        token = torch.cat([torch.multinomial(row.exp(), 1, generator=g) for row, g in zip(logp, generator)])
+        u = torch.cat([torch.rand(1, generator=g, device=logits.device) for g in generator])
     else:
-        token = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+        u = torch.rand(len(logits), generator=generator, device=logits.device)
+    token = inverse_cdf(logp.exp(), u)
     return token, logp.gather(-1, token[:, None])[:, 0]
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the first token whose cumulative probability exceeds u x the row's total (u in
+    [0, 1)): a draw from the row's distribution with one uniform number. torch.multinomial
+    draws an exponential number per vocabulary entry instead: 1.7 ms of a 7-9 ms decode step
+    of 8 rows on the tiny policy, against 0.3 ms. A zero-probability token is never chosen."""
+    cdf = probs.cumsum(-1)
+    token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+    # u x total can round up to the total: the last token with probability left
+    over = token >= probs.shape[-1]
+    if bool(over.any()):
+        token = torch.where(over, (probs > 0).long().cumsum(-1).argmax(-1), token)
+    return token
 
 
 @dataclass
@@ -242,8 +262,12 @@ def decode_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, t
                   for layer in layers]
             cache.store(torch.cat([rows[i], torch.tensor(tokens[i][:-1], dtype=torch.long)]), kv)
 
+    step = Qwen3Step.of(model)
     for t in range(max_new_tokens):
-        logits = _forward(model, x, positions, buffer, mask[:, :width + t + 1])
+        if step is not None:
+            logits = step(x[:, 0], positions[:, 0], layers, mask[:, :width + t + 1].bool())
+        else:
+            logits = _forward(model, x, positions, buffer, mask[:, :width + t + 1])
         token, logp = sample_next(logits, temperature, top_p,
                                   generator if isinstance(generator, torch.Generator) else [generator[i] for i in live])
         ended = torch.isin(token, eos).tolist()

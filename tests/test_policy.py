@@ -388,6 +388,7 @@ def test_qwen3_step_decodes_as_the_model_forward_plain_and_with_a_lora(lm, tok):
     peft_model.eval()
     dora = get_peft_model(tiny_lm(tok, seed=3), LoraConfig(r=4, target_modules=["q_proj"], use_dora=True)).eval()
     assert Qwen3Step.of(dora) is None
+    assert Qwen3Step.of(tiny_lm(tok, seed=3).to(torch.bfloat16)) is None
 
 
 def test_inverse_cdf_draws_each_token_with_its_probability_and_never_a_zero_one():

@@ -81,6 +81,9 @@ class Qwen3Step:
         embed = lm.get_input_embeddings()
         if type(embed) is not torch.nn.Embedding:
             raise Unsupported(f"a {type(embed).__name__} embedding")
+        # first, before any fused copy is made (a bf16 8B model has no business here)
+        if any(p.dtype != torch.float32 for p in lm.parameters()):
+            raise Unsupported("weights that are not float32")
         self.embed = embed.weight
         self.head = linear_weight(lm.get_output_embeddings())
         self.norm = decoder.norm.weight
@@ -90,10 +93,10 @@ class Qwen3Step:
         angles = torch.cat((freqs, freqs), dim=-1)
         self.cos, self.sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
         self.layers = []
+        if getattr(cfg, "hidden_act", "silu") != "silu":
+            raise Unsupported(f"activation {cfg.hidden_act}")
         for layer in decoder.layers:
             a, m = layer.self_attn, layer.mlp
-            if getattr(cfg, "hidden_act", "silu") != "silu":
-                raise Unsupported(f"activation {cfg.hidden_act}")
             self.layers.append(_Layer(
                 ln1=layer.input_layernorm.weight,
                 qkv=torch.cat([linear_weight(a.q_proj), linear_weight(a.k_proj), linear_weight(a.v_proj)]),
@@ -101,8 +104,6 @@ class Qwen3Step:
                 ln2=layer.post_attention_layernorm.weight,
                 gate_up=torch.cat([linear_weight(m.gate_proj), linear_weight(m.up_proj)]),
                 down=linear_weight(m.down_proj)))
-        if any(t.dtype != torch.float32 for t in (self.embed, self.head, self.norm)):
-            raise Unsupported("weights that are not float32")
 
     @classmethod
     def of(cls, model) -> "Qwen3Step | None":

@@ -383,6 +383,10 @@ def test_qwen3_step_decodes_as_the_model_forward_plain_and_with_a_lora(lm, tok):
     assert after is not before and not torch.equal(after.layers[0].qkv, before.layers[0].qkv)
     ref, _ = _decode_logits(peft_model, prompts, 2, lean=False)
     assert torch.allclose(_decode_logits(peft_model, prompts, 2, lean=True)[0], ref, atol=1e-4, rtol=1e-4)
+    # the adapter switched off (PPO's reference policy): the step follows, without a weight change
+    with peft_model.disable_adapter():
+        ref, _ = _decode_logits(peft_model, prompts, 2, lean=False)
+        assert torch.allclose(_decode_logits(peft_model, prompts, 2, lean=True)[0], ref, atol=1e-4, rtol=1e-4)
     # dropout would act in training mode, and a DoRA adapter is not a plain delta: the forward decodes
     assert Qwen3Step.of(peft_model.train()) is None
     peft_model.eval()

@@ -39,8 +39,12 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 def weights_version(model) -> tuple:
     """Changes whenever a parameter is replaced or modified in place (an optimizer step,
-    load_state_dict): the identity and torch's version counter of every parameter."""
-    return tuple((id(p), p._version) for p in model.parameters())
+    load_state_dict): the identity and torch's version counter of every parameter; and
+    whenever a PEFT adapter is switched off or on, merged or swapped, which changes what a
+    forward computes without touching a parameter (`disable_adapter()`)."""
+    adapters = tuple((m.disable_adapters, m.merged, tuple(m.active_adapters))
+                     for m in model.modules() if hasattr(m, "lora_A"))
+    return tuple((id(p), p._version) for p in model.parameters()), adapters
 
 
 class PrefixCache:

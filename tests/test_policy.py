@@ -373,8 +373,7 @@ def test_qwen3_step_decodes_as_the_model_forward_plain_and_with_a_lora(lm, tok):
         got, rows = _decode_logits(model, prompts, 6, lean=True)
         assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (got - ref).abs().max()
         assert [r.token_ids for r in rows] == [r.token_ids for r in ref_rows]
-    # the adapter matters (its delta is in the step), and a change of weights rebuilds the step
-    assert not torch.allclose(_decode_logits(lm, prompts, 1, True)[0], _decode_logits(peft_model, prompts, 1, True)[0])
+    # a change of weights rebuilds the step
     before = Qwen3Step.of(peft_model)
     assert Qwen3Step.of(peft_model) is before
     with torch.no_grad():
@@ -384,9 +383,11 @@ def test_qwen3_step_decodes_as_the_model_forward_plain_and_with_a_lora(lm, tok):
     ref, _ = _decode_logits(peft_model, prompts, 2, lean=False)
     assert torch.allclose(_decode_logits(peft_model, prompts, 2, lean=True)[0], ref, atol=1e-4, rtol=1e-4)
     # the adapter switched off (PPO's reference policy): the step follows, without a weight change
+    on = _decode_logits(peft_model, prompts, 2, lean=True)[0]
     with peft_model.disable_adapter():
         ref, _ = _decode_logits(peft_model, prompts, 2, lean=False)
-        assert torch.allclose(_decode_logits(peft_model, prompts, 2, lean=True)[0], ref, atol=1e-4, rtol=1e-4)
+        off = _decode_logits(peft_model, prompts, 2, lean=True)[0]
+    assert torch.allclose(off, ref, atol=1e-4, rtol=1e-4) and not torch.allclose(off, on, atol=1e-2)
     # dropout would act in training mode, and a DoRA adapter is not a plain delta: the forward decodes
     assert Qwen3Step.of(peft_model.train()) is None
     peft_model.eval()

@@ -9,7 +9,7 @@ turns), prefills only the rest, one row at a time, then all rows decode together
 preallocated key/value buffer.
 
 - `PrefixCache`: key/value states of recent token sequences, least recently used evicted past a
-  byte budget, emptied when the model's weights change (`weights_version`).
+  byte budget, emptied when the model's weights change (`qwen3_step.weights_version`).
 - `sample_next`: one token per row from softmax(logits / T), top-p nucleus, greedy at T = 0,
   and the log-probability it was drawn with (module docstring of `forgeline.policy.engine`);
   one uniform number per row, inverted through the row's cumulative distribution.
@@ -35,16 +35,6 @@ from forgeline.policy.qwen3_step import Qwen3Step
 
 # per layer: (keys, values), each [1, kv_heads, tokens, head_dim]
 KV = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-def weights_version(model) -> tuple:
-    """Changes whenever a parameter is replaced or modified in place (an optimizer step,
-    load_state_dict): the identity and torch's version counter of every parameter; and
-    whenever a PEFT adapter is switched off or on, merged or swapped, which changes what a
-    forward computes without touching a parameter (`disable_adapter()`)."""
-    adapters = tuple((m.disable_adapters, m.merged, tuple(m.active_adapters))
-                     for m in model.modules() if hasattr(m, "lora_A"))
-    return tuple((id(p), p._version) for p in model.parameters()), adapters
 
 
 class PrefixCache:

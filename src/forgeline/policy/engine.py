@@ -218,7 +218,8 @@ class HFEngine(Engine):
                         top_p: float, seed: int | list[int], stop: list[str]) -> list[Generation]:
         import torch
 
-        from forgeline.policy.decode import decode_batch, weights_version
+        from forgeline.policy.decode import decode_batch
+        from forgeline.policy.qwen3_step import weights_version
 
         with _MODEL_LOCK, torch.inference_mode(), torch_threads(self.threads):
             if self.prefix_cache is not None:

@@ -22,6 +22,16 @@ import torch
 import torch.nn.functional as F
 
 
+def weights_version(model) -> tuple:
+    """Changes whenever a parameter is replaced or modified in place (an optimizer step,
+    load_state_dict): the identity and torch's version counter of every parameter; and
+    whenever a PEFT adapter is switched off or on, merged or swapped, which changes what a
+    forward computes without touching a parameter (`disable_adapter()`)."""
+    adapters = tuple((m.disable_adapters, m.merged, tuple(m.active_adapters))
+                     for m in model.modules() if hasattr(m, "lora_A"))
+    return tuple((id(p), p._version) for p in model.parameters()), adapters
+
+
 class Unsupported(Exception):
     """The model has something `Qwen3Step` does not reproduce."""
 
@@ -110,8 +120,6 @@ class Qwen3Step:
         """The step for `model` (a Qwen3ForCausalLM, or a PEFT model around one) at its current
         weights, built again after an optimizer step; None where it would not be exact."""
         from transformers import Qwen3ForCausalLM
-
-        from forgeline.policy.decode import weights_version
 
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         if type(lm) is not Qwen3ForCausalLM or model.training:

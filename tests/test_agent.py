@@ -473,6 +473,11 @@ def test_rollout_concurrent_resumable_and_sorted(world, tok, sandbox, tmp_path):
     assert [strip_volatile(r) for r in again] == [strip_volatile(r) for r in first]
     assert next(r for r in again if ro.episode_key(r) == ro.episode_key(survivor)) == survivor
     assert len(ro.load_records(record)) == 4
+    # a call for some of the pairs (a screen's first round, resumed) leaves the others' records in
+    engine3 = ScriptedEngine.replay(tok, scripts)
+    part = ro.rollout(pairs[:2], engine3, sandbox, cfg, envs=world["envs"], record_path=record,
+                      tokenizer=tok, policy="scripted", progress=False)
+    assert engine3.prompts == 0 and len(part) == 2 and len(ro.load_records(record)) == 4
     with pytest.raises(ValueError, match="another policy"):
         ro.rollout(pairs, engine2, sandbox, cfg, envs=world["envs"], record_path=record,
                    tokenizer=tok, policy="other", progress=False)

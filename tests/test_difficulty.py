@@ -43,6 +43,12 @@ def test_band_is_inclusive_and_exact():
         config.merged(PARAMS.tasks.difficulty, {"k": 2, "seeds": [1, 2, 3]})
     with pytest.raises(config.ConfigError, match="unknown key 'bogus'"):
         config.merged(PARAMS.tasks.difficulty, {"bogus": 1})
+    # a screen needs seeds left after it, and a band that leaves out the tasks it stops
+    with pytest.raises(config.ConfigError, match="screen: 4: expected fewer episodes than k=4"):
+        config.merged(PARAMS.tasks.difficulty, {"k": 4, "screen": 4})
+    with pytest.raises(config.ConfigError, match="screen: 2: the screen drops unsolved tasks"):
+        config.merged(PARAMS.tasks.difficulty, {"k": 4, "screen": 2, "band": [0.0, 0.5]})
+    assert config.merged(PARAMS.tasks.difficulty, {"k": 1, "screen": 0, "band": [0.0, 1.0]}).screen == 0
 
 
 def test_cap_per_repo_is_deterministic_and_stable():
@@ -80,6 +86,24 @@ def test_report_histogram_band_and_rates():
     assert rep["episodes"]["outcomes"]["invalid"] == 2 and rep["exit_status"]["step_limit"] == 2
     assert rep["turns"] == 8 + 6 + 4 and rep["well_formed_call_rate"] == pytest.approx((8 + 2) / 18)
     assert rep["skipped"] == {"s.1": "stale"} and rep["mean_episode_wall_s"] == 2.0
+    assert rep["screened_out"] == [] and rep["mean_pass@4"] == pytest.approx((1 + 1 + 0) / 3)
+
+
+def test_report_keeps_the_tasks_the_screen_stopped_out_of_the_histogram():
+    # c.1 got only the screen's 2 episodes (none solved): out of the band, no pass@4, not a "0 of 4"
+    eps = ([_ep("a.1", "a", "resolved")] + [_ep("a.1", "a", "failed")] * 3
+           + [_ep("c.1", "c", "failed")] * 2)
+    rep = df.report(eps, 4, [0.25, 0.75], PARAMS.agent.reward)
+    assert rep["screened_out"] == ["c.1"] and rep["kept"] == ["a.1"] and rep["dropped"] == ["c.1"]
+    assert rep["c_histogram"] == {"0": 0, "1": 1, "2": 0, "3": 0, "4": 0}
+    assert rep["tasks"]["c.1"]["pass@4"] is None and rep["tasks"]["c.1"]["pass@1"] == 0.0
+    assert rep["mean_pass@4"] == 1.0 and rep["mean_pass@1"] == pytest.approx((0.25 + 0) / 2)
+    # merged with another repository's report: pass@4 weighted by the histogram's tasks only
+    from forgeline.evaluation.report import merge_difficulty
+    other = df.report([_ep("b.1", "b", "failed")] * 4, 4, [0.25, 0.75], PARAMS.agent.reward)
+    merged = merge_difficulty([rep, other])
+    assert merged["screened_out"] == ["c.1"] and merged["c_histogram"]["0"] == 1
+    assert merged["mean_pass@4"] == pytest.approx(0.5) and merged["mean_pass@1"] == pytest.approx(0.125 * 2 / 3)
 
 
 # -- the stage, end to end ------------------------------------------------------------------
@@ -120,7 +144,7 @@ def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
             "seed": 5, "repos": {"root": str(root), "pool": ["alpha", "beta"], "sft": [], "panel": []},
             "sandbox": {"backend": "process", "test_timeout_s": 60},
             "agent": {"max_steps": 2, "max_new_tokens": 8, "rollout": {"concurrency": 4, "seeding": "episode"}},
-            "tasks": {"difficulty": {"k": 2, "band": band, "max_tasks_per_repo": 0, "threads": 1}}})
+            "tasks": {"difficulty": {"k": 2, "screen": 0, "band": band, "max_tasks_per_repo": 0, "threads": 1}}})
 
     def run(band, out, partial=None):
         args = argparse.Namespace(tasks=[str(tasks_file)], policy=str(policy), out=str(out),
@@ -154,3 +178,52 @@ def test_stage_end_to_end_with_a_tiny_random_policy(tmp_path):
     with pytest.raises(ValueError, match="non-pool"):
         df.run(bad, argparse.Namespace(tasks=[str(tasks_file)], policy=str(policy), out=str(tmp_path / "c.jsonl"),
                                        report=str(tmp_path / "c.json"), episodes=None, partial=None, manifest=None))
+
+
+def test_the_screen_gives_the_rest_of_the_seeds_only_to_the_tasks_it_saw_solved(tmp_path):
+    """k = 3, screen = 1, the tiny random policy on two tasks: `alpha.bug` (a real bug it never
+    fixes) and `alpha.free` (its "bug" only rewords a docstring, so any diff that leaves the code
+    alone passes: resolved, with credit_unsubmitted). Only alpha.free gets seeds 2 and 3."""
+    import torch
+    from forgeline.tasks.generate import make_patch
+    from forgeline.tasks.repos import RepoSnapshot
+
+    from tiny_project import TINY_REPOS, write_repo
+
+    torch.set_num_threads(1)
+    root = tmp_path / "repos"
+    write_repo(root, "alpha", *TINY_REPOS["alpha"])
+    src = TINY_REPOS["alpha"][0]
+    commit = RepoSnapshot.load(root, "alpha").commit
+
+    def task(iid, old, new):
+        return {"instance_id": iid, "repo": "alpha", "base_commit": commit,
+                "patch": make_patch("alpha/__init__.py", src, src.replace(old, new)),
+                "FAIL_TO_PASS": ["tests/test_alpha.py::test_add"], "PASS_TO_PASS": [],
+                "problem_statement": "`add` is broken.", "image_name": "x"}
+
+    tasks_file = tmp_path / "validated.jsonl"
+    tasks_file.write_text("".join(json.dumps(t) + "\n" for t in (
+        task("alpha.bug", "return a + b", "return a - b"), task("alpha.free", '"""Sum."""', '"""Add."""'))))
+    tok = tiny_tokenizer([root / "alpha"], vocab_size=300)
+    policy = tmp_path / "policy"
+    tok.save_pretrained(policy)
+    tiny_lm(tok, seed=3, layers=1, heads=2, kv_heads=1, max_position_embeddings=4096).save_pretrained(policy)
+    cfg = config.merged(PARAMS, {
+        "seed": 5, "repos": {"root": str(root), "pool": ["alpha"], "sft": [], "panel": []},
+        "sandbox": {"backend": "process", "test_timeout_s": 60},
+        "agent": {"max_steps": 1, "max_new_tokens": 4, "credit_unsubmitted": True,
+                  "rollout": {"concurrency": 2, "seeding": "episode"}},
+        "tasks": {"difficulty": {"k": 3, "screen": 1, "band": [0.25, 0.75], "max_tasks_per_repo": 0,
+                                 "threads": 1}}})
+    out = tmp_path / "pool.jsonl"
+    df.run(cfg, argparse.Namespace(tasks=[str(tasks_file)], policy=str(policy), out=str(out),
+                                   report=str(tmp_path / "report.json"), episodes=None, partial=None, manifest=None))
+    rep = json.loads((tmp_path / "report.json").read_text())
+    episodes = [json.loads(line) for line in (tmp_path / "pool.episodes.jsonl").read_text().splitlines()]
+    seeds = json.loads((tmp_path / "pool.manifest.json").read_text())["seeds"]["episodes"]
+    by_task = {i: sorted(e["seed"] for e in episodes if e["instance_id"] == i) for i in ("alpha.bug", "alpha.free")}
+    assert by_task == {"alpha.bug": [seeds[0]], "alpha.free": sorted(seeds)}
+    assert [e["outcome"] for e in episodes if e["instance_id"] == "alpha.free"] == ["resolved"] * 3
+    assert rep["screened_out"] == ["alpha.bug"] and rep["c_histogram"] == {"0": 0, "1": 0, "2": 0, "3": 1}
+    assert rep["kept"] == [] and rep["tasks"]["alpha.free"]["pass@3"] == 1.0  # 3 of 3: too easy

@@ -73,7 +73,7 @@ def make_project(dest: Path) -> Path:
     params["tasks"]["validate"]["gold_runs"] = 1
     params["tasks"]["split"]["fractions"] = {"train": 0.34, "val": 0.33, "test": 0.33}
     # the policy and RL phases at toy size: a random-ish policy, so every evaluated task is kept
-    params["tasks"]["difficulty"].update(k=1, band=[0.0, 1.0], max_tasks_per_repo=2, threads=1)
+    params["tasks"]["difficulty"].update(k=1, screen=0, band=[0.0, 1.0], max_tasks_per_repo=2, threads=1)
     params["policy"]["init"]["tokenizer"].update(vocab_size=600, stdlib_max_bytes=150_000)
     params["policy"]["init"]["model"].update(hidden_size=32, layers=1, heads=2, kv_heads=1, head_dim=16,
                                              intermediate=64, max_position_embeddings=1024)

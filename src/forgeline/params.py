@@ -221,6 +221,8 @@ class DifficultyConfig:
 
     k: int = spec(ge=1)
     """episodes per task (seeds shared with every later rollout: paired)"""
+    screen: int = spec(ge=0)
+    """episodes per task first (0: off); a task none of them solves stops there, out of the band"""
     band: list[float] = spec(ge=0, le=1, min_items=2, max_items=2)
     """keep tasks solved in lo..hi of the k episodes (fractions, inclusive)"""
     max_tasks_per_repo: int = spec(ge=0)
@@ -237,6 +239,11 @@ class DifficultyConfig:
             out.append(("band", f"{self.band}: expected lo <= hi"))
         if self.seeds is not None and len(self.seeds) != self.k:
             out.append(("seeds", f"{len(self.seeds)} seeds for k={self.k}"))
+        if self.screen and self.screen >= self.k:
+            out.append(("screen", f"{self.screen}: expected fewer episodes than k={self.k} (0: no screen)"))
+        if self.screen and lo <= 0:
+            out.append(("screen", f"{self.screen}: the screen drops unsolved tasks, which a band from "
+                                  f"{lo} keeps; set screen: 0 or raise the band's lower end"))
         return out
 
 

@@ -8,6 +8,12 @@ band [lo, hi] (inclusive; params.yaml: 1/4..3/4): a task the policy always or ne
 PPO no signal (GRPO-style advantages are zero). pass@k is reported with the unbiased
 estimator 1 - C(n-c, k)/C(n, k).
 
+With `screen` = s (0 < s < k) every task first gets the first s seeds' episodes and only the
+tasks one of them solved get the other k - s: most pool tasks are never solved by the tiny base
+policy, and their last k - s episodes were ~45% of the stage's episodes. A task with 1 or 2
+successes of k whose successes all fall after the screen is lost to the band; the report lists
+the stopped tasks (`screened_out`) apart from the histogram of c over the tasks that got all k.
+
 Outputs: the pool JSONL (the kept tasks, unchanged, sorted by instance_id), the episodes
 JSONL, a JSON report (histogram of c, per repository counts, kept/dropped tasks, outcome
 counts, well-formed tool-call rate), then the manifest (which also gets the machine-dependent
@@ -74,7 +80,8 @@ def cap_per_repo(tasks: Sequence[Mapping[str, Any]], max_per_repo: int, seed: in
 
 
 def task_stats(episodes: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict]:
-    """{instance_id: {repo, n, c, pass@1, pass@k}} from episode records."""
+    """{instance_id: {repo, n, c, pass@1, pass@k}} from episode records; pass@k is None for a
+    task with fewer than k episodes (one the screen stopped: no unbiased estimate)."""
     acc: dict[str, dict] = {}
     for ep in episodes:
         s = acc.setdefault(ep["instance_id"], {"repo": repo_key(ep["repo"]), "n": 0, "c": 0})
@@ -82,19 +89,22 @@ def task_stats(episodes: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict]
         s["c"] += ep["outcome"] == "resolved"
     for s in acc.values():
         s["pass@1"] = pass_at_k(s["n"], s["c"], 1)
-        s[f"pass@{k}"] = pass_at_k(s["n"], s["c"], min(k, s["n"]))
+        s[f"pass@{k}"] = pass_at_k(s["n"], s["c"], k) if s["n"] >= k else None
     return dict(sorted(acc.items()))
 
 
 def report(episodes: Sequence[Mapping[str, Any]], k: int, band: Sequence[float], reward_cfg: RewardConfig,
            skipped: Mapping[str, str] | None = None) -> dict:
-    """The difficulty report: per task stats and kept flag, histogram of c, per repository
-    counts, outcomes, well-formed tool-call rate (turns), time per episode (s)."""
+    """The difficulty report: per task stats and kept flag, histogram of c over the tasks that
+    got all k episodes, the tasks the screen stopped (fewer than k, none solved: out of the
+    band), per repository counts, outcomes, well-formed tool-call rate (turns), time per
+    episode (s)."""
     stats = task_stats(episodes, k)
     for s in stats.values():
-        s["kept"] = in_band(s["n"], s["c"], band)
+        s["kept"] = s["n"] >= k and in_band(s["n"], s["c"], band)
+    full = [s for s in stats.values() if s["n"] >= k]
     hist = {str(c): 0 for c in range(k + 1)}
-    for s in stats.values():
+    for s in full:
         hist[str(s["c"])] = hist.get(str(s["c"]), 0) + 1
     repos: dict[str, dict] = {}
     for s in stats.values():
@@ -112,6 +122,7 @@ def report(episodes: Sequence[Mapping[str, Any]], k: int, band: Sequence[float],
         "kept": sorted(i for i, s in stats.items() if s["kept"]),
         "dropped": sorted(i for i, s in stats.items() if not s["kept"]),
         "c_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+        "screened_out": sorted(i for i, s in stats.items() if s["n"] < k),
         "repos": dict(sorted(repos.items())),
         "skipped": dict(sorted((skipped or {}).items())),
         "episodes": summarize(episodes, reward_cfg),
@@ -120,7 +131,7 @@ def report(episodes: Sequence[Mapping[str, Any]], k: int, band: Sequence[float],
         "turns": len(turns),
         "well_formed_call_rate": well / len(turns) if turns else 0.0,
         "mean_pass@1": (sum(s["pass@1"] for s in stats.values()) / len(stats)) if stats else 0.0,
-        f"mean_pass@{k}": (sum(s[f"pass@{k}"] for s in stats.values()) / len(stats)) if stats else 0.0,
+        f"mean_pass@{k}": (sum(s[f"pass@{k}"] for s in full) / len(full)) if full else None,
         "mean_episode_wall_s": (sum(walls) / len(walls)) if walls else None,
         "mean_episode_generate_s": (sum(ep["timing"]["generate_s"] for ep in episodes if "timing" in ep)
                                     / len(episodes)) if episodes else None,
@@ -183,7 +194,8 @@ def run(cfg, args: argparse.Namespace) -> None:
     manifest = Manifest(stage=STAGE, params={"tasks.difficulty": as_dict(d), "agent": as_dict(a),
                                              "serving": as_dict(cfg.serving)},
                         seeds={"episodes": seeds}, inputs=[*args.tasks, args.policy], code=__name__)
-    done = run_policy_on_tasks(cfg, STAGE, PolicySpec(policy=args.policy), tasks, seeds, partial, manifest=manifest)
+    done = run_policy_on_tasks(cfg, STAGE, PolicySpec(policy=args.policy), tasks, seeds, partial, manifest=manifest,
+                               screen=int(d.screen))
     episodes, name = done.episodes, done.name
     rep = report(episodes, k, d.band, a.reward, skipped)
     timing = {key: rep.pop(key) for key in ("mean_episode_wall_s", "mean_episode_generate_s")}
@@ -192,10 +204,10 @@ def run(cfg, args: argparse.Namespace) -> None:
     write_jsonl(episodes_path, [{kk: v for kk, v in ep.items() if kk != "timing"} for ep in episodes])
     write_json(args.report, rep)
     manifest.notes = {"policy": name, "tasks": len(tasks), "skipped": len(skipped), "kept": len(kept),
-                      "c_histogram": rep["c_histogram"], "outcomes": rep["episodes"]["outcomes"],
+                      "screened_out": len(rep["screened_out"]), "c_histogram": rep["c_histogram"], "outcomes": rep["episodes"]["outcomes"],
                       "well_formed_call_rate": rep["well_formed_call_rate"], **timing}
     manifest.write(args.manifest or out.with_suffix(".manifest.json"),
                    outputs=[out, episodes_path, Path(args.report)])
     partial.unlink(missing_ok=True)
-    log.info("difficulty: %d tasks, kept %d (c histogram %s)", len(tasks), len(kept),
-             json.dumps(rep["c_histogram"]))
+    log.info("difficulty: %d tasks, kept %d (c histogram %s; %d stopped by the screen)", len(tasks), len(kept),
+             json.dumps(rep["c_histogram"]), len(rep["screened_out"]))

@@ -29,11 +29,14 @@ process-backend paths can make any run differ; tool outputs have pytest's durati
 
 Resuming: the record file holds one JSON line per finished episode, keyed by (instance_id,
 seed); a restarted rollout reloads it (a torn last line is dropped), checks that the records
-were made with the same agent config and policy, and runs only what is missing.
+were made with the same agent config and policy, and runs only what is missing. Records of
+pairs the call does not ask for stay in the file (a screen's second round, resumed, reruns
+its first round's call first).
 
 `run_policy_on_tasks` is what every stage that runs a policy on tasks calls (this module's
 `agent-rollout`, `difficulty`, `evaluate`): the engine opened from a `PolicySpec`, every task x
-every seed, the config's sandbox, agent config and repositories, a resumable record.
+every seed (or, with a screen, the rest of the seeds only where the first ones solved the
+task), the config's sandbox, agent config and repositories, a resumable record.
 """
 from __future__ import annotations
 
@@ -135,6 +138,7 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     if len(keyset) != len(keys):
         raise ValueError("duplicate (instance_id, seed) pairs")
     done: dict[tuple[str, int], dict] = {}
+    others: list[dict] = []  # this run's records of other pairs: kept for the call that wants them
     run_key = rollout_key(c, policy)
     if record_path is not None:
         for rec in load_records(record_path):
@@ -144,6 +148,8 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
                                  f"delete the file or use a new one")
             if episode_key(rec) in keyset:
                 done[episode_key(rec)] = rec
+            else:
+                others.append(rec)
     todo = sorted(((t, int(s)) for t, s in pairs if (t["instance_id"], int(s)) not in done),
                   key=lambda ts: (ts[0]["instance_id"], ts[1]))
     env_cache: dict[str, TaskEnv] = dict(envs or {})
@@ -160,7 +166,7 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     concurrency = max(1, int(c.rollout.concurrency))
     per_episode = c.rollout.seeding == "episode"
     records = dict(done)
-    sink = RecordFile(record_path, list(done.values())) if record_path is not None else None
+    sink = RecordFile(record_path, [*others, *done.values()]) if record_path is not None else None
     bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
                dynamic_ncols=True, disable=not progress, leave=False)
     started: dict[tuple[str, int], Episode] = {}  # until their record is in
@@ -275,19 +281,32 @@ class PolicyRun:
 
 def run_policy_on_tasks(cfg, stage: str, policy: PolicySpec, tasks: Sequence[Mapping[str, Any]],
                         seeds: Sequence[int], record_path: str | Path, *, dtype: str = "float32",
-                        manifest: Manifest | None = None) -> PolicyRun:
+                        manifest: Manifest | None = None, screen: int = 0) -> PolicyRun:
     """Episodes of `policy` on every task x every seed (the pairs (task, seed), task-major), with
     the config's agent section, sandbox and repositories (`cfg`: the typed config). The engine
     comes from `open_engine` (seeded with stage_seed(cfg.seed, `stage`); a vLLM server lives
     for this call only); `record_path` is the resumable record (`rollout`); `manifest`, if given,
-    times the rollout under "rollout"."""
+    times the rollout under "rollout". `screen` (0 < screen < len(seeds)): the first `screen`
+    seeds run on every task first, the others only on the tasks one of those solved (one
+    engine, one record: a resumed run skips the screen's finished episodes)."""
     with open_engine(policy, cfg.serving, dtype, seed=stage_seed(cfg.seed, stage)) as (engine, name, loaded):
-        pairs = [(t, s) for t in tasks for s in seeds]
+        sandbox = get_sandbox(cfg.sandbox)
+
+        def run(pairs):
+            return rollout(pairs, engine, sandbox, cfg.agent, repos_root=cfg.repos.root,
+                           record_path=record_path, policy=name,
+                           test_timeout_s=float(cfg.sandbox.test_timeout_s))
+
         log.info("%s: %s (%s) on %d tasks x %d seed(s)", stage, name, loaded["kind"], len(tasks), len(seeds))
         with manifest.timed("rollout") if manifest is not None else contextlib.nullcontext():
-            episodes = rollout(pairs, engine, get_sandbox(cfg.sandbox), cfg.agent, repos_root=cfg.repos.root,
-                               record_path=record_path, policy=name,
-                               test_timeout_s=float(cfg.sandbox.test_timeout_s))
+            pairs = [(t, s) for t in tasks for s in seeds]
+            if 0 < screen < len(seeds):
+                pairs = [(t, s) for t in tasks for s in seeds[:screen]]
+                solved = {ep["instance_id"] for ep in run(pairs) if ep["outcome"] == "resolved"}
+                log.info("%s: %d of %d tasks solved in their first %d episode(s) go on to %d", stage,
+                         len(solved), len(tasks), screen, len(seeds))
+                pairs += [(t, s) for t in tasks if t["instance_id"] in solved for s in seeds[screen:]]
+            episodes = run(pairs)
     return PolicyRun(episodes, name, loaded, type(engine).__name__)
 
 

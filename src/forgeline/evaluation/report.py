@@ -117,10 +117,13 @@ def merge_difficulty(reports: Sequence[Mapping[str, Any]]) -> dict:
             hist[str(c)] = hist.get(str(c), 0) + int(n)
     out: dict[str, Any] = {"k": k, "band": band,
                            "c_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+                           "screened_out": sorted(t for r in reports for t in r.get("screened_out", [])),
                            "kept": sorted(t for r in reports for t in r.get("kept", [])),
                            "dropped": sorted(t for r in reports for t in r.get("dropped", []))}
-    n = [len(r.get("tasks", {})) for r in reports]
-    for key in ("mean_pass@1", f"mean_pass@{k}"):
+    # pass@1 over every task, pass@k over those that got all k episodes (the histogram's)
+    weights = {"mean_pass@1": [len(r.get("tasks", {})) for r in reports],
+               f"mean_pass@{k}": [sum(int(n) for n in r["c_histogram"].values()) for r in reports]}
+    for key, n in weights.items():
         vals = [(r.get(key), w) for r, w in zip(reports, n) if r.get(key) is not None and w]
         out[key] = sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else None
     return out
@@ -642,8 +645,10 @@ def difficulty_section(report: Report, reports: Sequence[tuple[str, Mapping[str,
     report.section("difficulty", "Difficulty (pass@k)",
                    report.figure("difficulty", plot_difficulty(rows, k, band), rows, ("c", "tasks"))
                    + f"<p>{len(rep.get('kept', []))} task(s) kept, {len(rep.get('dropped', []))} dropped "
-                     f"(band {esc(band)}); mean pass@1 {_fmt(rep.get('mean_pass@1'))}, "
-                     f"mean pass@{k} {_fmt(rep.get(f'mean_pass@{k}'))}.</p>")
+                     f"(band {esc(band)}), {len(rep['screened_out'])} of them by the screen (none of "
+                     f"their first episodes solved; not in the histogram); mean pass@1 "
+                     f"{_fmt(rep.get('mean_pass@1'))}, mean pass@{k} {_fmt(rep.get(f'mean_pass@{k}'))} "
+                     f"(the histogram's tasks).</p>")
 
 
 def critic_section(report: Report, critic: Mapping[str, Any] | None) -> None:

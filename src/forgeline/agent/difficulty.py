@@ -204,7 +204,8 @@ def run(cfg, args: argparse.Namespace) -> None:
     write_jsonl(episodes_path, [{kk: v for kk, v in ep.items() if kk != "timing"} for ep in episodes])
     write_json(args.report, rep)
     manifest.notes = {"policy": name, "tasks": len(tasks), "skipped": len(skipped), "kept": len(kept),
-                      "screened_out": len(rep["screened_out"]), "c_histogram": rep["c_histogram"], "outcomes": rep["episodes"]["outcomes"],
+                      "screened_out": len(rep["screened_out"]), "c_histogram": rep["c_histogram"],
+                      "outcomes": rep["episodes"]["outcomes"],
                       "well_formed_call_rate": rep["well_formed_call_rate"], **timing}
     manifest.write(args.manifest or out.with_suffix(".manifest.json"),
                    outputs=[out, episodes_path, Path(args.report)])

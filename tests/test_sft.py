@@ -224,6 +224,27 @@ def test_make_batches_budget_cover_and_determinism():
     assert b != sft.make_batches(lengths, 1000, seed=3, epoch=1)
 
 
+def test_make_batches_sort_window_pads_less_and_keeps_every_example():
+    rng = random.Random(0)
+    lengths = [rng.randint(1200, 3072) for _ in range(400)]
+
+    def padded(batches):
+        return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+    shuffled = sft.make_batches(lengths, 6144, seed=1, epoch=0)
+    sorted_ = sft.make_batches(lengths, 6144, seed=1, epoch=0, sort_window=64)
+    assert sorted(i for b in sorted_ for i in b) == list(range(len(lengths)))
+    for batch in sorted_:
+        assert len(batch) == 1 or max(lengths[i] for i in batch) * len(batch) <= 6144
+    # similar lengths in a batch: fewer padded tokens per example than packed as shuffled
+    assert padded(sorted_) / len(lengths) < 0.95 * padded(shuffled) / len(lengths)
+    # the batches' order is shuffled too (not shortest first within each window), seeded
+    firsts = [max(lengths[i] for i in b) for b in sorted_[:12]]
+    assert firsts != sorted(firsts)
+    assert sorted_ == sft.make_batches(lengths, 6144, seed=1, epoch=0, sort_window=64)
+    assert sorted_ != sft.make_batches(lengths, 6144, seed=1, epoch=1, sort_window=64)
+
+
 def test_lr_schedule():
     assert sft.lr_at(0, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
     assert sft.lr_at(9, 100, 10, 1.0, 0.1) == pytest.approx(1.0)

@@ -587,6 +587,8 @@ class SftConfig:
     """tokens; longer examples are cut (their prefix kept)"""
     tokens_per_batch: int = spec(ge=16)
     """padded tokens per optimizer step (batch x longest example)"""
+    sort_window: int = spec(ge=0)
+    """examples sorted by length within windows of this many shuffled ones, then packed (0: off)"""
     epochs: int = spec(ge=1)
     """passes over the data (max_steps > 0 overrides)"""
     max_steps: int = spec(ge=0)

@@ -97,13 +97,31 @@ def truncate_example(example: Mapping[str, Any], max_len: int) -> dict[str, Any]
 # -- batching and the loss --------------------------------------------------------------------
 
 def make_batches(lengths: Sequence[int], tokens_per_batch: int, seed: int, epoch: int,
-                 shuffle: bool = True) -> list[list[int]]:
+                 shuffle: bool = True, sort_window: int = 0) -> list[list[int]]:
     """Index batches for one epoch: indices shuffled by random.Random(f"{seed}:{epoch}") (or in
     order), then packed in that order so that len(batch) x max length <= tokens_per_batch (a
-    longer single example is a batch alone). Every index appears exactly once."""
+    longer single example is a batch alone). Every index appears exactly once.
+
+    `sort_window` > 0: each run of that many shuffled indices is sorted by length before the
+    packing, and the batches are shuffled after it (same RNG). A batch then holds examples of
+    about one length: in the SFT stage's data (1,200-3,072 tokens) a random pair pads 16% of
+    its tokens and 26% of its attention work (which grows with the square of the length)."""
     order = list(range(len(lengths)))
+    rng = random.Random(f"{seed}:{epoch}")
     if shuffle:
-        random.Random(f"{seed}:{epoch}").shuffle(order)
+        rng.shuffle(order)
+    if sort_window <= 0:
+        return _pack(order, lengths, tokens_per_batch)
+    batches = [b for s in range(0, len(order), sort_window)
+               for b in _pack(sorted(order[s:s + sort_window], key=lambda i: lengths[i]), lengths,
+                              tokens_per_batch)]
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def _pack(order: Sequence[int], lengths: Sequence[int], tokens_per_batch: int) -> list[list[int]]:
+    """`order` cut into consecutive batches with len(batch) x max length <= tokens_per_batch."""
     batches: list[list[int]] = []
     cur: list[int] = []
     longest = 0
@@ -186,12 +204,15 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: SftConfig, seed: in
     torch.use_deterministic_algorithms(True)
     lengths = [len(e["tokens"]) for e in examples]
     epochs = int(cfg.epochs)
-    plan = [(ep, b) for ep in range(epochs) for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep)]
+    window = int(cfg.sort_window)
+    plan = [(ep, b) for ep in range(epochs)
+            for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep, sort_window=window)]
     if int(cfg.max_steps) > 0:
         # more steps than the epochs give: keep drawing epochs
         ep = epochs
         while len(plan) < int(cfg.max_steps):
-            plan += [(ep, b) for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep)]
+            plan += [(ep, b) for b in make_batches(lengths, int(cfg.tokens_per_batch), seed, ep,
+                                                   sort_window=window)]
             ep += 1
         plan = plan[: int(cfg.max_steps)]
     total = len(plan)

@@ -25,9 +25,7 @@ rule offline_rollouts:
     log:
         "logs/offline_rollouts.log",
     priority: CRITICAL_PATH
-    # one core, as the difficulty and evaluation jobs: the engine generates on one thread, and a
-    # job beside it fills the core its containers leave idle
-    threads: 1
+    threads: 2
     resources:
         mem_mb=4000,
         runtime=120,

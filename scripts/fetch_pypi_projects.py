@@ -130,7 +130,13 @@ def unpack(sdist: Path, dest: Path) -> None:
             for m in members:
                 if not (m.isfile() or m.isdir()):
                     raise SystemExit(f"{sdist}: {m.name} is neither a file nor a folder; refusing it")
-            tar.extractall(tmp, filter="data")  # no absolute paths, no `..`, no devices
+                # checked here too: Debian 12's Python 3.11.2 has no extraction filters (3.11.4+)
+                if m.name.startswith("/") or ".." in Path(m.name).parts:
+                    raise SystemExit(f"{sdist}: {m.name} leaves the sdist's folder; refusing it")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")  # no absolute paths, no `..`, no devices
+            else:
+                tar.extractall(tmp)  # every member checked above: a file or folder inside tmp
             shutil.rmtree(dest, ignore_errors=True)
             shutil.move(str(Path(tmp) / tops.pop()), dest)
 

@@ -112,6 +112,10 @@ def test_a_wrong_sha256_or_an_odd_sdist_is_refused(tmp_path):
     linked = demo_project(tmp_path, sdist_bytes("demo-1.0", FILES, symlink="evil"))
     with pytest.raises(SystemExit, match="neither a file nor a folder"):
         fetch.make_snapshot(linked, tmp_path / "pypi", tmp_path / "cache")
+    escaping = demo_project(tmp_path, sdist_bytes("demo-1.0", {**FILES, "../../escaped.py": ""}))
+    with pytest.raises(SystemExit, match="leaves the sdist's folder"):
+        fetch.make_snapshot(escaping, tmp_path / "pypi", tmp_path / "cache")
+    assert not (tmp_path / "escaped.py").exists()
     no_tests = demo_project(tmp_path, sdist_bytes("demo-1.0", {"demo/__init__.py": ""}))
     with pytest.raises(SystemExit, match="no tests/"):
         fetch.make_snapshot(no_tests, tmp_path / "pypi", tmp_path / "cache")

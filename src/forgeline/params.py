@@ -230,7 +230,7 @@ class DifficultyConfig:
     seeds: list[int] | None = spec(ge=0, le=MAX_SEED)
     """explicit episode seeds, k of them (null: derived from the root seed)"""
     threads: int = spec(ge=1)
-    """cores the job holds: the engine generates on one, the containers use the rest"""
+    """cores the job holds (Snakemake threads); the engine generates on one thread either way"""
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
@@ -930,7 +930,7 @@ class EvaluationConfig:
     confidence: float = spec(gt=0, lt=1)
     """level of the Wilson intervals"""
     threads: int = spec(ge=1)
-    """cores a job holds: the hf engine generates on one, the containers use the rest"""
+    """cores a job holds (Snakemake threads); the hf engine generates on one thread either way"""
     dtype: Literal["float32", "bfloat16", "float16"]
     """weights dtype of the hf engine"""
     pairs: list[EvalPairConfig]

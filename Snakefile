@@ -37,6 +37,10 @@ DOCKER = config["sandbox"]["backend"] == "docker"
 # policy's heldout evaluation) would otherwise take the cores before the last repository's
 # generate and validate, and delay everything after them.
 CRITICAL_PATH = 10
+# The task front (images, generate, ingest, validate) goes first of all: difficulty jobs hold
+# one core each and run in pairs, and a two-core job left until then (the last repository's
+# generate) waits for a pair to end with a core idle, then runs its difficulty job alone.
+TASK_FRONT = CRITICAL_PATH + 1
 
 
 def image_of(wildcards):

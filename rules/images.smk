@@ -16,7 +16,7 @@ rule image:
         conf=params_of(config, "repos.root", "sandbox.docker.base_image"),
     log:
         "logs/image/{repo}.log",
-    priority: CRITICAL_PATH
+    priority: TASK_FRONT
     threads: 1
     resources:
         mem_mb=2000,

@@ -22,7 +22,7 @@ rule generate:
         role=lambda w: "pool" if w.repo in POOL else "panel" if w.repo in PANEL else "other",  # max_per_{role}_repo
     log:
         "logs/generate/{repo}.log",
-    priority: CRITICAL_PATH
+    priority: TASK_FRONT
     threads: 2
     resources:
         mem_mb=1000,
@@ -46,7 +46,7 @@ rule ingest_extra:
         conf=params_of(config, "repos", "tasks.ingest"),
     log:
         "logs/ingest_extra.log",
-    priority: CRITICAL_PATH
+    priority: TASK_FRONT
     threads: 1
     resources:
         mem_mb=16000 if HUB_DATASET else 2000,  # upstream: ~60k instances held until sharded
@@ -70,7 +70,7 @@ rule ingest:
         conf=params_of(config, "tasks.ingest.max_record_bytes"),
     log:
         "logs/ingest/{repo}.log",
-    priority: CRITICAL_PATH
+    priority: TASK_FRONT
     threads: 1
     resources:
         mem_mb=2000,
@@ -96,7 +96,7 @@ rule validate:
         conf=params_of(config, "repos.root", "sandbox", "tasks.validate"),
     log:
         "logs/validate/{repo}.log",
-    priority: CRITICAL_PATH
+    priority: TASK_FRONT
     threads: 2
     resources:
         mem_mb=1000,

@@ -96,6 +96,9 @@ rule grpo:
         conf=params_of(config, "seed", "repos.root", "sandbox", "agent", "serving", "train.grpo"),
     log:
         "logs/grpo.log",
+    # not on the way to PPO's adapter, but a two-core job: left behind the one-core evaluations,
+    # it would wait for each of them and then run alone at the end
+    priority: CRITICAL_PATH
     threads: config["train"]["grpo"]["threads"]
     resources:
         mem_mb=8000,

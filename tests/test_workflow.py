@@ -208,15 +208,10 @@ def test_dvc_repro_builds_the_same_artifacts(built, tmp_path):
 
 def test_the_chain_to_the_adapter_runs_before_the_evaluations(built):
     """With every core taken, the jobs on the way to the adapter (priority CRITICAL_PATH) run
-    before the evaluations that are ready earlier (the base policy's panels), and the task front
-    before SFT."""
+    before the evaluations that are ready earlier (the base policy's panels)."""
     log = sorted((built / ".snakemake" / "log").glob("*.snakemake.log"))[0].read_text()
     order = re.findall(r"^(?:local)?rule (\w+):", log, flags=re.M)
     # the tasks of every repository are upstream of the split: they too come before
     chain = {"generate", "ingest", "validate", "difficulty", "split", "offline_rollouts", "critic", "ppo"}
     assert chain <= set(order) and "evaluate" in order, order
     assert max(i for i, r in enumerate(order) if r in chain) < order.index("evaluate"), order
-    # the task front (priority TASK_FRONT) runs before the base policy's training: left for later,
-    # a two-core generate would wait behind the one-core difficulty jobs
-    front = {"image", "generate", "ingest", "validate"}
-    assert max(i for i, r in enumerate(order) if r in front) < order.index("sft"), order

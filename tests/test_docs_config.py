@@ -102,4 +102,4 @@ def test_the_check_finds_a_wrong_value_an_unknown_key_and_honours_the_markers():
                         ["agent.max_stepz: not a key of the config"], [], []]
     # the same overlay block without its marker is compared with params.yaml
     assert block_problems("agent:\n  max_steps: 250\n", params, schema) == \
-        ["agent.max_steps: 250 here, 26 in params.yaml"]
+        ["agent.max_steps: 250 here, 12 in params.yaml"]

@@ -43,6 +43,14 @@ def command(repo: str, policy: str, out: Path) -> list[str]:
             "--log", str(out / f"{repo}.log")]
 
 
+def require_validated(repos: list[str]) -> None:
+    """Stop with the command that builds them when a repository's validated tasks are missing."""
+    for repo in repos:
+        if not Path(f"results/validated/{repo}.jsonl").is_file():
+            raise SystemExit(f"results/validated/{repo}.jsonl is missing: build it first "
+                             f"(snakemake --cores 2 results/validated/{repo}.jsonl)")
+
+
 def episodes_of(out: Path, repo: str) -> tuple[int, int, int, int]:
     """(resolved, episodes, assistant turns, commands that hit agent.command_timeout_s) of one
     job's episode file: a command slowed past its limit by the other job would show here."""
@@ -82,10 +90,7 @@ def main() -> None:
     ap.add_argument("--json", default="bench/out/job_pairing.json")
     args = ap.parse_args()
     os.chdir(ROOT)
-    for repo in args.repos:
-        if not Path(f"results/validated/{repo}.jsonl").is_file():
-            raise SystemExit(f"results/validated/{repo}.jsonl is missing: build it first "
-                             f"(snakemake --cores 2 results/validated/{repo}.jsonl)")
+    require_validated(args.repos)
     runs = []
     for r in range(args.repeats):
         for name in (["serial", "paired"] if r % 2 == 0 else ["paired", "serial"]):

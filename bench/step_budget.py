@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from job_pairing import busy_jiffies, command  # noqa: E402  (the difficulty rule's command)
+from job_pairing import busy_jiffies, command, require_validated  # noqa: E402  (the difficulty rule's command)
 
 
 def run_budget(max_steps: int, repos: list[str], policy: str) -> dict:
@@ -74,10 +74,7 @@ def main() -> None:
     ap.add_argument("--json", default="bench/out/step_budget.json")
     args = ap.parse_args()
     os.chdir(ROOT)
-    for repo in args.repos:
-        if not Path(f"results/validated/{repo}.jsonl").is_file():
-            raise SystemExit(f"results/validated/{repo}.jsonl is missing: build it first "
-                             f"(snakemake --cores 2 results/validated/{repo}.jsonl)")
+    require_validated(args.repos)
     runs = []
     for budget in args.budgets:
         runs.append(run_budget(budget, args.repos, args.policy))

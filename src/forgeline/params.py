@@ -609,6 +609,8 @@ class SftConfig:
     """max global gradient norm"""
     threads: int = spec(ge=1)
     """torch threads"""
+    autocast: Literal["bfloat16"] | None
+    """matmuls and attention in this dtype, weights, gradients and AdamW in float32 (null: none)"""
     oracle_repeat: int = spec(ge=1)
     """each resolved oracle episode appears this often per epoch"""
     synthetic: SyntheticConfig

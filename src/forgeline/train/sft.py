@@ -37,6 +37,7 @@ from forgeline.config import as_dict
 from forgeline.params import SftConfig
 from forgeline.plots import figure, save_png
 from forgeline.policy.chat import render
+from forgeline.policy.model import autocast
 from forgeline.policy.tokenizer import portable_tokenizer_config
 from forgeline.provenance import MANIFEST_NAME, Manifest, atomic_dir, read_jsonl, write_json
 from forgeline.seeds import stage_seed
@@ -231,7 +232,8 @@ def train(model, examples: Sequence[Mapping[str, Any]], cfg: SftConfig, seed: in
         for g in opt.param_groups:
             g["lr"] = lr
         ids, lmask = collate([examples[i] for i in idx], pad_id)
-        loss, count = action_loss(model, ids, lmask)
+        with autocast(cfg.autocast):
+            loss, count = action_loss(model, ids, lmask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg.grad_clip))

@@ -11,8 +11,9 @@ before (exec_create + exec_start + exec_inspect, a runc process per command), "I
 does now (the request on the container's attached stdin, INIT forks the command). Reported:
 median over the repeats of wall ms per command, the machine's busy CPU ms per command
 (/proc/stat: this process, the container, the kernel, containerd and dockerd) and the ratio.
-Then what a whole session (create, start, copy the snapshot, remove) and a fresh-container test
-run (`run_tests`) cost now. The repository's image must be built (`forgeline image`).
+Then the whole suite through INIT, `python3 -m pytest` with the pytest zygote turned off
+(FORGELINE_PYTEST_ZYGOTE=0) and on (src/forgeline/sandbox/container/), and what a whole session
+(create, start, copy the snapshot, remove) and a fresh-container test run (`run_tests`) cost now. The repository's image must be built (`forgeline image`).
 """
 from __future__ import annotations
 
@@ -79,17 +80,23 @@ def main() -> int:
         "cat a module": f"cat {module}",
         "edit (python3 -c, fails: no match)": edit_command(module, "no such text anywhere", "x"),
         "python3 -c 'import pytest'": "python3 -c 'import pytest'",
-        "the whole test suite": "python3 -m pytest -q -p no:cacheprovider",
+        "the whole test suite": "FORGELINE_PYTEST_ZYGOTE=0 python3 -m pytest -q -p no:cacheprovider",
         "git diff (the session's)": "git add -A && git diff --cached --no-color --binary",
     }
+    suite = "python3 -m pytest -q -p no:cacheprovider"
     sandbox = DockerSandbox(warm=0)
     rows: dict[str, dict[str, list]] = {c: {"exec": [], "init": []} for c in commands}
+    zygote: dict[str, list] = {"plain": [], "zygote": []}
     with sandbox.session(env) as s:
         for rep in range(args.repeats):
             for name, command in commands.items():
                 ways = [("exec", lambda: docker_exec(s, command)), ("init", lambda: s.exec(command, 60))]
                 for way, fn in ways if rep % 2 == 0 else ways[::-1]:
                     rows[name][way].append(per_call(fn, args.n))
+            ways = [("plain", lambda: s.exec("FORGELINE_PYTEST_ZYGOTE=0 " + suite, 60)),
+                    ("zygote", lambda: s.exec(suite, 60))]
+            for way, fn in ways if rep % 2 == 0 else ways[::-1]:
+                zygote[way].append(per_call(fn, args.n))
             print(f"repeat {rep + 1}/{args.repeats} done", file=sys.stderr, flush=True)
     whole = {"session (create, start, copy, remove)": lambda: sandbox.session(env).close(),
              "run_tests (fresh container, the whole suite)": lambda: sandbox.run_tests(env, [], None, 60)}
@@ -108,6 +115,12 @@ def main() -> int:
         e, i = (med(r["exec"], 0), med(r["exec"], 1)), (med(r["init"], 0), med(r["init"], 1))
         table[name] = {"exec_wall_ms": e[0], "exec_cpu_ms": e[1], "init_wall_ms": i[0], "init_cpu_ms": i[1]}
         print(f"| {name} | {e[0]:.1f} | {e[1]:.1f} | {i[0]:.1f} | {i[1]:.1f} | {i[1] / e[1]:.2f}x |")
+    p, z = (med(zygote["plain"], 0), med(zygote["plain"], 1)), (med(zygote["zygote"], 0), med(zygote["zygote"], 1))
+    table["suite: plain vs zygote"] = {"plain_wall_ms": p[0], "plain_cpu_ms": p[1], "zygote_wall_ms": z[0],
+                                       "zygote_cpu_ms": z[1]}
+    print("\n| the whole suite through INIT | wall ms | CPU ms |\n|---|---|---|")
+    print(f"| python3 -m pytest, FORGELINE_PYTEST_ZYGOTE=0 | {p[0]:.1f} | {p[1]:.1f} |")
+    print(f"| python3 -m pytest (the zygote) | {z[0]:.1f} | {z[1]:.1f} ({z[1] / p[1]:.2f}x) |")
     print("\n| whole | wall ms | CPU ms |\n|---|---|---|")
     for name, r in totals.items():
         table[name] = {"wall_ms": med(r, 0), "cpu_ms": med(r, 1)}

@@ -29,6 +29,9 @@ ENV PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
 
 COPY repo/ /testbed/
 COPY wheels/ /tmp/forgeline-wheels/
+# `python3 -m pytest` through a zygote with pytest imported (src/forgeline/sandbox/container/):
+# a site-packages hook hands exactly that start to it; every other start is untouched.
+COPY forgeline/ /usr/local/lib/forgeline/
 
 # One RUN step: every step of the legacy builder costs a container start.
 # Test dependencies go to /usr/local (Debian's site for pip), not into /testbed.
@@ -55,7 +58,9 @@ RUN set -eu; \
     chown -R 1000:1000 /testbed; \
     mkdir -m 0700 /opt/forgeline; \
     cp -a /testbed /opt/forgeline/testbed; \
-    cd / && python3 -c 'import pytest' || { echo 'base image lacks pytest' >&2; exit 1; }
+    cd / && python3 -c 'import pytest' || { echo 'base image lacks pytest' >&2; exit 1; }; \
+    site="$(python3 -c 'import site; print(site.getsitepackages()[0])')"; mkdir -p "$site"; \
+    mv /usr/local/lib/forgeline/forgeline_pytest_zygote.pth "$site/"
 
 USER forgeline
 WORKDIR /testbed

@@ -8,6 +8,7 @@ rule image:
     input:
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
         dockerfile="envs/repo.Dockerfile",
+        container=sorted(str(p) for p in Path("src/forgeline/sandbox/container").iterdir() if p.is_file()),
         code=stage_code("forgeline.sandbox.images"),
     output:
         record="results/images/{repo}.json",

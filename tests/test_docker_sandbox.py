@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY_NAME
+from forgeline.agent.tools import normalize_pytest
 from forgeline.sandbox.base import PatchError, SandboxError, TaskEnv
 from forgeline.sandbox.grading import pytest_shell
 from forgeline.sandbox.process import ProcessSandbox
@@ -174,6 +175,58 @@ def test_commands_go_through_init_as_docker_exec_ran_them(sandbox, env):
         assert s.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 10).output.count("sleep 30") == 1
         s.container.reload()
         assert not s.container.attrs.get("ExecIDs")
+
+
+# one line per process of the container; the patterns' [.] keeps the grep from matching itself
+PROCESSES = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+ZYGOTES = PROCESSES + " | grep -c 'pytest_zygote[.]py --serve'"
+
+
+@pytest.mark.docker
+def test_python3_m_pytest_runs_in_a_zygote_and_says_what_pytest_says(sandbox, env):
+    """The agent's `python3 -m pytest`: the same output and exit status as without the zygote,
+    from one zygote per container; whatever it cannot serve exactly runs the plain way; every
+    other start of python3 is the interpreter's own (session 23's shim was not: `usage:` named
+    /usr/bin/python3)."""
+    run = "python3 -m pytest -q -p no:cacheprovider"
+    plain = "FORGELINE_PYTEST_ZYGOTE=0 " + run
+    with sandbox.session(env, [BUG]) as s:
+        assert s.exec(ZYGOTES, 10).output.strip() == "0"
+        first, again, direct = s.exec(run, 30), s.exec(run, 30), s.exec(plain, 30)
+        assert first.exit_code == again.exit_code == direct.exit_code == 1
+        assert normalize_pytest(first.output) == normalize_pytest(again.output) == normalize_pytest(direct.output)
+        assert "1 failed, 2 passed" in first.output
+        assert s.exec(ZYGOTES, 10).output.strip() == "1"  # started once, then reused
+        # the interpreter's own messages and names, with and without -m pytest
+        for probe in ("python3 -A", "python3 -c 'import sys; print(sys.executable, sys.argv, sys.orig_argv)'",
+                      "python3 -m pytest --version", "python3 -m pytest --no-such-option"):
+            ours, theirs = s.exec(probe, 30), s.exec("FORGELINE_PYTEST_ZYGOTE=0 " + probe, 30)
+            assert (ours.exit_code, ours.output) == (theirs.exit_code, theirs.output), probe
+        assert "usage: python3" in s.exec("python3 -A", 10).output
+        # stdin and stdout pipes, arguments, the exit status of `-k` selecting nothing (5)
+        picked = s.exec(f"echo | {run} -k test_mul | tail -1; echo ${{PIPESTATUS[1]}}", 30)
+        assert "1 passed, 2 deselected" in picked.output and picked.output.split()[-1] == "0", picked
+        assert s.exec(f"{run} -k nothing_matches", 30).exit_code == 5
+        # another environment, a shadowing module in the directory: served the plain way, and
+        # the hook's own imports (json, socket, ...) do not stay to shadow the directory's
+        other_env = s.exec(f"PYTHONPATH=/nowhere {run}", 30)
+        assert normalize_pytest(other_env.output) == normalize_pytest(direct.output)
+        s.exec("echo 'raise SystemExit(\"shadow imported\")' > json.py", 10)
+        shadow, shadow_plain = s.exec(run, 30), s.exec(plain, 30)
+        assert (shadow.exit_code, shadow.output) == (shadow_plain.exit_code, shadow_plain.output)
+        s.exec("rm json.py", 10)
+        # a signal reaches the run: `timeout` ends it, nothing of it is left
+        s.exec("cat > tests/test_slow.py <<'EOF'\nimport time\ndef test_slow():\n    time.sleep(60)\nEOF", 10)
+        t0 = time.perf_counter()
+        stopped = s.exec(f"timeout 2 {run} tests/test_slow.py; echo status $?", 30)
+        assert stopped.output.split()[-2:] == ["status", "124"] and time.perf_counter() - t0 < 20
+        assert s.exec(PROCESSES + " | grep -c 'test_slow[.]py'", 10).output.strip() == "0"
+        # a command killed at its time limit takes the zygote with it; the next run starts one
+        assert s.exec(f"{run} tests/test_slow.py", 2).timed_out
+        assert s.exec(ZYGOTES, 10).output.strip() == "0"
+        s.exec("rm tests/test_slow.py", 10)
+        assert normalize_pytest(s.exec(run, 30).output) == normalize_pytest(direct.output)
+        assert s.exec(ZYGOTES, 10).output.strip() == "1"
 
 
 @pytest.mark.docker

@@ -118,6 +118,17 @@ def context_entries(snapshot_root: Path) -> list[tuple[str, int, bytes]]:
     return entries
 
 
+# Files every task image gets beside the snapshot (context folder forgeline/): the pytest zygote
+# and its site-packages hook (envs/repo.Dockerfile places them; container/pytest_zygote.py)
+CONTAINER_FILES = Path(__file__).parent / "container"
+
+
+def container_entries() -> list[tuple[str, int, bytes]]:
+    """(path in context, mode, bytes) of CONTAINER_FILES' files, sorted."""
+    return [(f"forgeline/{p.name}", 0o644, p.read_bytes())
+            for p in sorted(CONTAINER_FILES.iterdir()) if p.is_file()]
+
+
 def context_tar(dockerfile_text: str, entries: list[tuple[str, int, bytes]]) -> bytes:
     """A build context as tar bytes: same inputs => same bytes (sorted, fixed mtime/owner)."""
     buf = io.BytesIO()
@@ -471,7 +482,7 @@ def build_repo_image(client, env: TaskEnv, dockerfile_text: str, base: tuple[str
     base_ref, base_id = base
     pins = snapshot_lock(env.source)
     wheels = fetch_wheels(pins, wheel_target(base_spec(base_section)), cache_dir) if pins else []
-    entries = context_entries(env.source) + wheel_entries(wheels)
+    entries = context_entries(env.source) + wheel_entries(wheels) + container_entries()
     digest = build_input_digest(base_id, dockerfile_text, entries, wheels)
     repository, tag = _split_tag(env.image)
     image = find_image(client, digest)

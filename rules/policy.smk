@@ -33,8 +33,10 @@ rule policy_init:
         conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init"),
     log:
         "logs/policy_init.log",
-    priority: CRITICAL_PATH
-    threads: 2
+    # above the task front's: it starts first and trains on its own core while the task front's
+    # one-core jobs take the other (neither needs the other; SFT needs both)
+    priority: TASK_FRONT + 1
+    threads: config["policy"]["init"]["threads"]
     resources:
         mem_mb=4000,
         runtime=20,

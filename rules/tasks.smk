@@ -23,7 +23,7 @@ rule generate:
     log:
         "logs/generate/{repo}.log",
     priority: TASK_FRONT
-    threads: 2
+    threads: config["tasks"]["generate"]["threads"]
     resources:
         mem_mb=1000,
         runtime=30,
@@ -97,7 +97,7 @@ rule validate:
     log:
         "logs/validate/{repo}.log",
     priority: TASK_FRONT
-    threads: 2
+    threads: config["tasks"]["validate"]["threads"]
     resources:
         mem_mb=1000,
         runtime=30,

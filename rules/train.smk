@@ -25,7 +25,7 @@ rule offline_rollouts:
     log:
         "logs/offline_rollouts.log",
     priority: CRITICAL_PATH
-    threads: 2
+    threads: config["train"]["rollouts"]["threads"]
     resources:
         mem_mb=4000,
         runtime=120,

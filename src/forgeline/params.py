@@ -137,6 +137,8 @@ class GenerateConfig:
     """mutations tried per repository (each costs one test run)"""
     kinds: list[Mutation] = spec(min_items=1)
     """the mutation kinds tried"""
+    threads: int = spec(ge=1)
+    """cores a job holds (Snakemake threads): mutation test runs at once"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +176,8 @@ class ValidateConfig:
     """the problem/test alignment heuristic"""
     strong_model: bool
     """solve with a strong model first (needs an endpoint)"""
+    threads: int = spec(ge=1)
+    """cores a job holds (Snakemake threads): test runs at once"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,6 +403,8 @@ class InitConfig:
     tokenizer: TokenizerConfig
     model: ModelConfig
     copy: CopyConfig
+    threads: int = spec(ge=1)
+    """torch threads of copy pre-training (the job's cores)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -622,6 +628,8 @@ class RolloutsConfig:
 
     samples_per_task: int = spec(ge=1)
     """episodes per train task (seeds shared with difficulty and evaluation)"""
+    threads: int = spec(ge=1)
+    """cores the job holds (Snakemake threads); the hf engine generates on one thread either way"""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,8 +4,9 @@
 
 Builds the workflow over the tiny repositories of tests/tiny_project.py (process backend) up to
 TARGETS (generate, ingest-extra, ingest and validate of one repository: file outputs and a
-sandbox; policy-init: a directory output), takes the digests of that clean build and writes
-its dvc.yaml (what `forgeline verify` checks stages against), then for each fault of FAULTS:
+sandbox; copy_pretrain's results/policy/init: a directory output), takes the digests of that
+clean build and writes its dvc.yaml (what `forgeline verify` checks stages against), then for
+each fault of FAULTS:
 
 1. reruns the stage that holds the fault point (`snakemake TARGETS --forcerun RULE`) with
    FORGELINE_FAULT set (provenance.fault_point): the job SIGKILLs itself at that point
@@ -72,9 +73,9 @@ FAULTS = (
     Fault("file", "file.renamed", "validated/alpha.jsonl", "job", "validate"),
     Fault("file", "file.written", "validated/alpha.manifest.json", "run", "validate"),
     # a directory output: temp folder made, built, renamed into place (Snakemake not told yet)
-    Fault("dir", "dir.open", "policy/init", "job", "policy_init"),
-    Fault("dir", "dir.built", "policy/init", "run", "policy_init"),
-    Fault("dir", "dir.replaced", "policy/init", "run", "policy_init"),
+    Fault("dir", "dir.open", "policy/init", "job", "copy_pretrain"),
+    Fault("dir", "dir.built", "policy/init", "run", "copy_pretrain"),
+    Fault("dir", "dir.replaced", "policy/init", "run", "copy_pretrain"),
     # a sandbox: the process backend's temp copy of the repository made, tests not yet run
     Fault("sandbox", "sandbox.ready", "alpha", "job", "validate"),
     Fault("sandbox", "sandbox.ready", "alpha", "run", "validate"),

@@ -1,6 +1,8 @@
-# Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here) is taught the agent's
-# protocol on oracle trajectories of the SFT repositories plus synthetic fixes of other
-# Python source; at real scale the base is a hub model at a pinned commit instead. pass@k
+# Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here) is pre-trained to copy
+# (policy_init: the repeat phase on one core beside the task front; copy_pretrain: recall and
+# match on both), then taught the agent's protocol on oracle trajectories of the SFT
+# repositories plus synthetic fixes of other Python source; at real scale the base is a hub
+# model at a pinned commit instead. pass@k
 # of the base policy then keeps the pool tasks of the configured difficulty, per
 # repository, and the split is taken over what it keeps.
 
@@ -28,26 +30,49 @@ rule policy_init:
         corpus=lambda w: [f for r in SFT for f in repo_files(REPOS_ROOT, r)],
         code=stage_code("forgeline.policy.init_stage"),
     output:
-        policy=directory("results/policy/init"),
+        policy=directory("results/policy/repeat"),
     params:
-        conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init"),
+        conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init.tokenizer",
+                       "policy.init.model", "policy.init.copy.repeat", "policy.init.copy.lr",
+                       "policy.init.copy.warmup_steps", "policy.init.copy.grad_clip",
+                       "policy.init.copy.log_every", "policy.init.threads"),
     log:
         "logs/policy_init.log",
     # above the task front's: it starts first and trains on its own core while the task front's
-    # one-core jobs take the other (neither needs the other; SFT needs both)
+    # one-core jobs take the other (neither needs the other)
     priority: TASK_FRONT + 1
     threads: config["policy"]["init"]["threads"]
     resources:
         mem_mb=4000,
         runtime=20,
     shell:
-        "forgeline policy-init {CONFIG} --out {output.policy} --threads {threads} --log {log}"
+        "forgeline policy-init {CONFIG} --phases repeat --out {output.policy} --threads {threads} --log {log}"
+
+
+rule copy_pretrain:
+    input:
+        policy="results/policy/repeat",
+        code=stage_code("forgeline.policy.init_stage"),
+    output:
+        policy=directory("results/policy/init"),
+    params:
+        conf=params_of(config, "seed", "policy.init.copy"),
+    log:
+        "logs/copy_pretrain.log",
+    priority: TASK_FRONT + 1
+    threads: config["policy"]["init"]["copy"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    shell:
+        "forgeline policy-init {CONFIG} --resume {input.policy} --phases recall match --out {output.policy}"
+        " --threads {threads} --log {log}"
 
 
 rule agent_oracle:
     input:
         tasks="results/validated/{repo}.jsonl",
-        policy="results/policy/init",
+        policy="results/policy/repeat",  # its tokenizer: the oracle runs before copy_pretrain ends
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
         image=image_of,
         code=stage_code("forgeline.agent.oracle"),

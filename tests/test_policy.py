@@ -686,14 +686,16 @@ def test_copy_pretraining_teaches_a_tiny_model_to_find_and_copy_unseen_sequences
             return copy_pretrain.copy_loss(model, x, y)[1]
 
     before = held_out_accuracy()
-    curve = copy_pretrain.pretrain(model, ids, 1, cfg, seed=0, progress=False)
+    curve, _ = copy_pretrain.pretrain(model, ids, 1, cfg, seed=0, progress=False)
     after = held_out_accuracy()
     assert before < 0.05 and after > 0.7, (before, after)
     repeat = [c for c in curve if c["phase"] == "repeat"]
     assert repeat[-1]["copy_accuracy"] >= 0.7 > max(c["copy_accuracy"] for c in repeat[:-1])
     assert repeat[-1]["step"] < 900 and curve[-1] == {**curve[-1], "phase": "recall", "step": repeat[-1]["step"] + 200}
     again = tiny.init_tiny_qwen3(config, 3)
-    assert copy_pretrain.pretrain(again, ids, 1, cfg, seed=0, progress=False) == curve  # deterministic
+    assert copy_pretrain.pretrain(again, ids, 1, cfg, seed=0, progress=False)[0] == curve  # deterministic
+    with pytest.raises(ValueError, match="a stretch of"):
+        copy_pretrain.pretrain(again, ids, 1, cfg, seed=0, progress=False, phases=("repeat", "match"))
 
 
 def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
@@ -710,9 +712,12 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
             "copy": {"repeat": {"steps": 3, "batch": 4, "until_accuracy": None},
                      "recall": {"steps": 3, "batch": 2, "length": 32},
                      "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
-    for name in ("a", "b"):
-        init_stage.run(cfg, argparse.Namespace(out=str(tmp_path / name), manifest=None, threads=2))
-    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    def init(name, phases=copy_pretrain.PHASES, resume=None, threads=2, config=cfg):
+        init_stage.run(config, argparse.Namespace(out=str(tmp_path / name), manifest=None, threads=threads,
+                                                  phases=list(phases), resume=resume and str(tmp_path / resume)))
+        return _files(tmp_path / name)
+
+    a, b = init("a"), init("b")
     assert set(a) >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                       "chat_template.jinja", "generation_config.json", "manifest.json",
                       "copy_curve.json", "copy_curve.png"}
@@ -731,3 +736,19 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     loaded = AutoTokenizer.from_pretrained(tmp_path / "a")
     assert chat.render(loaded, [{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
     assert json.loads(a["tokenizer_config.json"])["tokenizer_class"] == "PreTrainedTokenizerFast"
+
+    # the workflow's two jobs (repeat on one thread; recall and match, resumed, on two) write the
+    # folder the one job writes, byte for byte
+    first = init("repeat", phases=["repeat"], threads=1)
+    assert "copy_state.pt" in first and "copy_state.pt" not in a
+    assert json.loads(first["manifest.json"])["notes"]["copy_phases_left"] == ["recall", "match"]
+    resumed = init("init", phases=["recall", "match"], resume="repeat")
+    assert {k: v for k, v in resumed.items() if k != "manifest.json"} == \
+        {k: v for k, v in a.items() if k != "manifest.json"}
+    assert json.loads(resumed["manifest.json"])["notes"]["corpus"] == manifest["notes"]["corpus"]
+    # a folder made with another model, or none at all, is refused before any work
+    other = config_mod.merged(cfg, {"policy": {"init": {"model": {"embedding_std": 0.1}}}})
+    with pytest.raises(SystemExit, match="other policy.init params"):
+        init("x", phases=["recall", "match"], resume="repeat", config=other)
+    with pytest.raises(SystemExit, match="copy_state.pt"):
+        init("y", phases=["recall", "match"], resume="a")

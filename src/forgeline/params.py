@@ -394,6 +394,8 @@ class CopyConfig:
     """max global gradient norm"""
     log_every: int = spec(ge=1)
     """steps between points of copy_curve.json"""
+    threads: int = spec(ge=1)
+    """torch threads of the recall and match phases (the copy_pretrain job's cores)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,7 +406,7 @@ class InitConfig:
     model: ModelConfig
     copy: CopyConfig
     threads: int = spec(ge=1)
-    """torch threads of copy pre-training (the job's cores)"""
+    """torch threads of the policy_init job: the tokenizer, the model, the repeat phase"""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -109,29 +109,41 @@ PHASES = ("repeat", "recall", "match")
 
 
 def pretrain(model, ids: Sequence[int], sep_id: int, cfg: CopyConfig, seed: int,
-             progress: bool = True) -> list[dict]:
+             progress: bool = True, phases: Sequence[str] = PHASES,
+             state: Mapping[str, Any] | None = None) -> tuple[list[dict], dict]:
     """Train `model` in place (`cfg`: the config's `policy.init.copy`): cfg.repeat.steps steps
     of `repeat_batch`es (fewer if a curve point reaches cfg.repeat.until_accuracy: when the
     circuit forms varies with the seed, 450-1,000+ steps at 5,120 ids, and recall only works on
     top of a formed one), then cfg.recall.steps of `recall_batch`es, then cfg.match.steps of
-    them with a small id pool per sequence, one AdamW throughout. Returns the curve
-    [{phase, step, loss, copy_accuracy, lr}] every `log_every` steps and at each phase's end
-    (loss and accuracy averaged over the steps since the previous point; chance loss is
-    ln(len(ids))). Deterministic for the same inputs and seed."""
+    them with a small id pool per sequence, one AdamW throughout. Returns (curve, state): the
+    curve [{phase, step, loss, copy_accuracy, lr}] every `log_every` steps and at each phase's
+    end (loss and accuracy averaged over the steps since the previous point; chance loss is
+    ln(len(ids))), and what a later call needs to go on exactly where this one stopped.
+
+    `phases`: the phases this call runs (in order, a stretch of PHASES); `state`: the state
+    an earlier call returned (its AdamW, the batches' RNG, the step count and curve), with the
+    model as that call left it. Two calls (repeat; recall and match) give the same weights,
+    byte for byte, as one call of all three. Deterministic for the same inputs and seed."""
     import torch
 
     c = cfg
-    total = sum(int(getattr(c, phase).steps) for phase in PHASES)
-    if total == 0:
-        return []
+    phases = tuple(phases)
+    if not any(phases == PHASES[k:k + len(phases)] for k in range(len(PHASES))) or not phases:
+        raise ValueError(f"copy pre-training phases {list(phases)}: give a stretch of {list(PHASES)}, in order")
+    total = sum(int(getattr(c, phase).steps) for phase in phases)
     torch.manual_seed(seed)
-    rng = random.Random(f"copy:{seed}")
     opt = torch.optim.AdamW(model.parameters(), lr=float(c.lr), betas=(0.9, 0.95), weight_decay=0.0)
-    model.train()
+    rng = random.Random(f"copy:{seed}")
     curve: list[dict] = []
     step = 0
-    bar = tqdm(total=total, desc="copy pre-training", unit="step", dynamic_ncols=True, disable=not progress)
-    for phase in PHASES:
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+        rng.setstate(state["rng"])
+        curve, step = list(state["curve"]), int(state["step"])
+    model.train()
+    bar = tqdm(total=total, desc="copy pre-training", unit="step", dynamic_ncols=True,
+               disable=not progress or total == 0)
+    for phase in phases:
         p = getattr(c, phase)
         window: list[tuple[float, float]] = []
         for i in range(1, int(p.steps) + 1):
@@ -165,7 +177,7 @@ def pretrain(model, ids: Sequence[int], sep_id: int, cfg: CopyConfig, seed: int,
                 break
     bar.close()
     model.eval()
-    return curve
+    return curve, {"optimizer": opt.state_dict(), "rng": rng.getstate(), "step": step, "curve": curve}
 
 
 def plot_curve(curve: Sequence[Mapping[str, Any]], path, chance_loss: float) -> None:

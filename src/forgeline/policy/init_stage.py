@@ -8,10 +8,17 @@ Qwen3ForCausalLM from a seed derived from the root seed, pre-trains it to copy f
 chat_template.jinja, and with copy pre-training copy_curve.json/.png) that
 AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that vLLM serves. Same params
 and inputs => byte-identical files.
+
+The workflow runs it as two jobs (`--phases`): `policy_init` builds the tokenizer and the model
+and runs the repeat phase on one core beside the task front, and writes the folder plus
+`copy_state.pt` (AdamW, the batches' RNG, the curve so far); `copy_pretrain` goes on from it
+(`--resume`) with the recall and match phases on both cores. The two give the weights one job
+of all three phases gives, byte for byte (tested).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import platform
@@ -28,12 +35,19 @@ from forgeline.seeds import stage_seed
 
 log = logging.getLogger(__name__)
 STAGE = "policy.init"
+STATE_NAME = "copy_state.pt"  # what --resume needs besides the HF folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the model folder to write")
     parser.add_argument("--manifest", help=f"manifest path (default: OUT/{MANIFEST_NAME})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the job's cores)")
+    parser.add_argument("--phases", nargs="+", choices=copy_pretrain.PHASES, default=list(copy_pretrain.PHASES),
+                        help="the copy pre-training phases this job runs, in order (default: all); with "
+                             f"phases left after them the folder also gets {STATE_NAME}")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="go on from the folder an earlier policy-init wrote with --phases: its "
+                             f"tokenizer, model and {STATE_NAME}")
 
 
 def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
@@ -63,15 +77,68 @@ def run(cfg, args: argparse.Namespace) -> None:
     import torch
 
     section = cfg.policy.init
-    tok_params, model_params = as_dict(section.tokenizer), as_dict(section.model)
-    repos_root = Path(cfg.repos.root)
-    corpus_repos = sorted(cfg.repos.sft)
     seed = stage_seed(cfg.seed, STAGE)
     out = Path(args.out)
     manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
     torch.set_num_threads(max(1, args.threads))
+    phases = tuple(args.phases)
+    if args.resume:
+        manifest, tokenizer, model, state, corpus_notes = _resumed(Path(args.resume), section, seed)
+    else:
+        manifest, tokenizer, model, corpus_notes = _built(cfg, seed)
+        state = None
+    special_ids = check_special_tokens(tokenizer)
+    counts = parameter_count(model)
+    log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
+             f"{counts['non_embedding']:,}")
+    with manifest.timed("copy_pretrain"):
+        torch.use_deterministic_algorithms(True)
+        ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
+        curve, state = copy_pretrain.pretrain(model, ids, tokenizer.pad_token_id, section.copy, seed,
+                                              phases=phases, state=state)
+    if curve:
+        log.info("copy pre-training (%s): %d steps, loss %.3f (chance %.2f), copy accuracy %.1f%%",
+                 ", ".join(phases), curve[-1]["step"], curve[-1]["loss"], math.log(len(ids)),
+                 100 * curve[-1]["copy_accuracy"])
+    later = copy_pretrain.PHASES[copy_pretrain.PHASES.index(phases[-1]) + 1:]
 
-    repo_dirs = [repos_root / name for name in corpus_repos]
+    with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
+        with manifest.timed("save"):
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+            portable_tokenizer_config(tmp / "tokenizer_config.json")
+            if curve:
+                write_json(tmp / "copy_curve.json", curve)
+                copy_pretrain.plot_curve(curve, tmp / "copy_curve.png", math.log(len(ids)))
+            if later:
+                torch.save(state, tmp / STATE_NAME)
+    outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+    manifest.notes = {
+        "parameters": counts,
+        "architecture": describe(model.config),
+        "lora_target_modules": list(LORA_TARGET_MODULES),
+        "lora_target_count": len(lora_target_names(model)),
+        "special_token_ids": special_ids,
+        "vocab_size": len(tokenizer),
+        "corpus": corpus_notes,
+        "tokenizer_json_sha256": sha256_file(out / "tokenizer.json"),
+        "model_safetensors_sha256": sha256_file(out / "model.safetensors"),
+        "copy_phases": list(phases),
+        "copy_phases_left": list(later),
+        "copy_pretraining": ({"steps": curve[-1]["step"], "phase": curve[-1]["phase"], "loss": curve[-1]["loss"],
+                              "chance_loss": round(math.log(len(ids)), 4),
+                              "copy_accuracy": curve[-1]["copy_accuracy"]} if curve else None),
+    }
+    manifest.write(manifest_path, outputs=outputs)
+    log.info("wrote %s (%d files) and %s", out, len(outputs), manifest_path)
+
+
+def _built(cfg, seed: int):
+    """(manifest, tokenizer, model, corpus notes) of a new tokenizer and model."""
+    section = cfg.policy.init
+    tok_params, model_params = as_dict(section.tokenizer), as_dict(section.model)
+    corpus_repos = sorted(cfg.repos.sft)
+    repo_dirs = [Path(cfg.repos.root) / name for name in corpus_repos]
     missing = [str(d) for d in repo_dirs if not d.is_dir()]
     if missing:
         raise FileNotFoundError(f"corpus repositories not found: {missing}")
@@ -87,44 +154,38 @@ def run(cfg, args: argparse.Namespace) -> None:
             corpus, {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length", "split")
                      if k in tok_params},
             model_params, seed)
-        special_ids = check_special_tokens(tokenizer)
-    counts = parameter_count(model)
-    log.info("model: %s parameters (%s non-embedding)", f"{counts['total']:,}",
-             f"{counts['non_embedding']:,}")
-    copy_cfg = section.copy
-    with manifest.timed("copy_pretrain"):
-        torch.use_deterministic_algorithms(True)
-        ids = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
-        curve = copy_pretrain.pretrain(model, ids, tokenizer.pad_token_id, copy_cfg, seed)
-    if curve:
-        log.info("copy pre-training: %d steps, loss %.3f (chance %.2f), copy accuracy %.1f%%",
-                 curve[-1]["step"], curve[-1]["loss"], math.log(len(ids)), 100 * curve[-1]["copy_accuracy"])
+    notes = {"repos": corpus_repos, "files": len(corpus), "characters": sum(len(f.text) for f in corpus),
+             "stdlib_python": platform.python_version(), "digest": corpus_digest(corpus)}
+    return manifest, tokenizer, model, notes
 
-    with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
-        with manifest.timed("save"):
-            tokenizer.save_pretrained(tmp)
-            model.save_pretrained(tmp)
-            portable_tokenizer_config(tmp / "tokenizer_config.json")
-            if curve:
-                write_json(tmp / "copy_curve.json", curve)
-                copy_pretrain.plot_curve(curve, tmp / "copy_curve.png", math.log(len(ids)))
-    outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
-    manifest.notes = {
-        "parameters": counts,
-        "architecture": describe(model.config),
-        "lora_target_modules": list(LORA_TARGET_MODULES),
-        "lora_target_count": len(lora_target_names(model)),
-        "special_token_ids": special_ids,
-        "vocab_size": len(tokenizer),
-        "corpus": {"repos": corpus_repos, "files": len(corpus),
-                   "characters": sum(len(f.text) for f in corpus),
-                   "stdlib_python": platform.python_version(),
-                   "digest": corpus_digest(corpus)},
-        "tokenizer_json_sha256": sha256_file(out / "tokenizer.json"),
-        "model_safetensors_sha256": sha256_file(out / "model.safetensors"),
-        "copy_pretraining": ({"steps": curve[-1]["step"], "phase": curve[-1]["phase"], "loss": curve[-1]["loss"],
-                              "chance_loss": round(math.log(len(ids)), 4),
-                              "copy_accuracy": curve[-1]["copy_accuracy"]} if curve else None),
-    }
-    manifest.write(manifest_path, outputs=outputs)
-    log.info("wrote %s (%d files) and %s", out, len(outputs), manifest_path)
+
+def _resumed(folder: Path, section, seed: int):
+    """(manifest, tokenizer, model, copy state, corpus notes) of a folder an earlier policy-init
+    wrote with phases left, checked before any work."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    missing = [n for n in (STATE_NAME, MANIFEST_NAME, "model.safetensors") if not (folder / n).is_file()]
+    if missing:
+        raise SystemExit(f"policy-init --resume {folder}: no {', '.join(missing)} there; it must be the "
+                         "folder of a policy-init run with --phases that left phases to run")
+    earlier = json.loads((folder / MANIFEST_NAME).read_text())
+    if _shaping(earlier.get("params") or {}) != _shaping(as_dict(section)) \
+            or (earlier.get("seeds") or {}).get("model_init") != seed:
+        raise SystemExit(f"policy-init --resume {folder}: {folder / MANIFEST_NAME} says it was made with "
+                         "another seed or other policy.init params (tokenizer, model, copy.repeat or the "
+                         "optimizer's); rebuild it with this config first")
+    manifest = Manifest(stage=STAGE, params=as_dict(section), seeds={"model_init": seed},
+                        inputs=[str(folder)], code=__name__)
+    with manifest.timed("load"):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        state = torch.load(folder / STATE_NAME, weights_only=True)
+    return manifest, tokenizer, model, state, earlier["notes"]["corpus"]
+
+
+def _shaping(params: dict) -> dict:
+    """The policy.init params that shape a folder `--resume` goes on from: the tokenizer, the
+    model, the repeat phase and the optimizer (not the later phases or the thread counts)."""
+    copy = {k: v for k, v in (params.get("copy") or {}).items() if k not in ("recall", "match", "threads")}
+    return {"tokenizer": params.get("tokenizer"), "model": params.get("model"), "copy": copy}

@@ -268,9 +268,13 @@ def build_tokenizer(corpus: Sequence[CorpusFile], vocab_size: int = 4096, min_fr
 def portable_tokenizer_config(path: Path) -> None:
     """Name the tokenizer class `PreTrainedTokenizerFast` in a saved tokenizer_config.json
     (transformers 5 writes its own `TokenizersBackend`, which transformers 4 - e.g. in a vLLM
-    environment - cannot load)."""
+    environment - cannot load), and drop how this process loaded it (`is_local`,
+    `local_files_only`: transformers 5 saves them for a tokenizer read from a folder), so a
+    tokenizer saved again is the file it was read from."""
     config = json.loads(path.read_text(encoding="utf-8"))
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("is_local", "local_files_only"):
+        config.pop(key, None)
     path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                     encoding="utf-8")
 

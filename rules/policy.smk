@@ -2,9 +2,8 @@
 # (policy_init: the repeat phase on one core beside the task front; copy_pretrain: recall and
 # match on both), then taught the agent's protocol on oracle trajectories of the SFT
 # repositories plus synthetic fixes of other Python source; at real scale the base is a hub
-# model at a pinned commit instead. pass@k
-# of the base policy then keeps the pool tasks of the configured difficulty, per
-# repository, and the split is taken over what it keeps.
+# model at a pinned commit instead. pass@k of the base policy then keeps the pool tasks of the
+# configured difficulty, per repository, and the split is taken over what it keeps.
 
 
 rule policy_hub:

@@ -239,3 +239,26 @@ def test_statement_check_agrees_with_the_whole_module():
     assert ref.changed(apply_mutation(TRICKY, broken), broken) is None
     assert ref.same(TRICKY.replace("X = 1; Y = 2", "X = 1;  Y = (2)")) is True
     assert ref.same(TRICKY + "\n\n# a comment\n") is True and ref.same(TRICKY + "Z = 3\n") is False
+
+
+def test_sites_on_some_lines_are_those_of_the_whole_module_on_them():
+    """`candidate_sites(..., lines=)` walks only the nodes that meet the lines (the scan asks for
+    the grep's window of one function): the same sites as the whole walk, filtered."""
+    import glob
+    import sysconfig
+    from pathlib import Path
+
+    from forgeline.tasks.mutations import candidate_sites
+    root = Path(__file__).resolve().parents[1] / "data" / "repos"
+    files = [("tricky.py", TRICKY), ("sample.py", SAMPLE)]
+    files += [(p, Path(p).read_text()) for p in sorted(glob.glob(f"{root}/*/*/*.py"))[:12]
+              + [f"{sysconfig.get_paths()['stdlib']}/shlex.py"]]
+    checked = 0
+    for path, source in files:
+        whole = candidate_sites(source, KINDS, path)[0]
+        n = source.count("\n") + 1
+        for lines in (range(1, n + 1), range(3, 9), range(n // 2, n // 2 + 20), range(n + 5, n + 9)):
+            some = candidate_sites(source, KINDS, path, lines)[0]
+            assert some == [s for s in whole if s.line in lines], (path, lines)
+            checked += len(some)
+    assert checked > 500

@@ -82,6 +82,43 @@ def test_conversation_tokens_equal_the_rendering_and_mask_only_assistant_turns(t
     assert texts == [m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"]
 
 
+def _tokens_turn_by_turn(tok, msgs, tools):
+    """conversation_tokens as written before it found the turns in one rendering: each
+    assistant turn's prompt rendered on its own."""
+    from forgeline.policy.chat import render
+
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    enc = lambda text: tok.encode(text, add_special_tokens=False) if text else []  # noqa: E731
+    tokens, mask, pos = [], [], 0
+    for k, msg in enumerate(msgs):
+        if msg["role"] == "assistant":
+            prompt = render(tok, msgs[:k], tools, add_generation_prompt=True)
+            part, action = enc(prompt[pos:]), enc(msg["content"]) + [im_end]
+            tokens += part + action
+            mask += [0] * len(part) + [int(msg.get("train", True))] * len(action)
+            pos = len(prompt) + len(msg["content"]) + len("<|im_end|>")
+    tail = enc(render(tok, msgs, tools, add_generation_prompt=False)[pos:])
+    return tokens + tail, mask + [0] * len(tail)
+
+
+def test_conversation_tokens_are_the_turn_by_turn_ones_for_any_template(tok):
+    """Found in one rendering or, where the template rewrites earlier turns (here: an
+    assistant turn that is not the last gets a mark, as Qwen3's drops earlier reasoning),
+    rendered turn by turn: the tokens and mask of rendering each turn's prompt alone."""
+    import copy
+
+    msgs = synthetic.synthetic_messages(CLEAN, PATH, _site())
+    msgs[4] = {**msgs[4], "train": False}
+    assert sft.conversation_tokens(tok, msgs, TOOLS) == _tokens_turn_by_turn(tok, msgs, TOOLS)
+    marking = copy.deepcopy(tok)
+    marking.chat_template = tok.chat_template.replace(
+        "{{- '<|im_end|>\\n' }}\n    {%- elif message.role == 'tool' %}",
+        "{{- '' if loop.last else ' (seen)' }}{{- '<|im_end|>\\n' }}\n    {%- elif message.role == 'tool' %}")
+    assert marking.chat_template != tok.chat_template
+    assert " (seen)<|im_end|>" in sft.render(marking, msgs, TOOLS, add_generation_prompt=False)
+    assert sft.conversation_tokens(marking, msgs, TOOLS) == _tokens_turn_by_turn(marking, msgs, TOOLS)
+
+
 def test_synthetic_conversation_is_what_the_real_tools_answer(tok, repos):
     """Replay the synthetic assistant turns through the agent in the process sandbox: the real
     tool outputs equal the synthesised ones, and the edit fixes the bug."""

@@ -211,14 +211,12 @@ def scan_edits(buggy: str, path: str, lines: range, kinds: Sequence[str] = GUESS
     (a token or a negation changed), distinct by the file it makes. What a policy that cannot
     tell which token is wrong can still do reliably: try them top to bottom, each tested.
     Lazy: each candidate costs a parse of the mutated file."""
-    found = candidate_sites(buggy, kinds, path)
+    found = candidate_sites(buggy, kinds, path, lines)
     if found is None:
         return
     sites, reference = found
     made: set[str] = set()
     for site in sites:
-        if site.line not in lines:
-            continue
         mutated = mutated_if_valid(buggy, site, reference, path)
         if mutated is None or mutated in made:
             continue
@@ -277,11 +275,14 @@ def enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
     except SyntaxError:
         return None
     best = None
-    for node in ast.walk(tree):
+    todo: list[ast.AST] = [tree]
+    while todo:  # only into nodes that hold `line`: a def that holds it lies inside them
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and node.lineno <= line <= (node.end_lineno or node.lineno) \
-                and (best is None or node.lineno >= best[1]):
+                and (best is None or node.lineno > best[1]):
             best = (node.name, node.lineno, node.end_lineno or node.lineno)
+        todo += [child for child in ast.iter_child_nodes(node) if getattr(child, "lineno", None) is None
+                 or child.lineno <= line <= (child.end_lineno or child.lineno)]
     return best
 
 

@@ -38,9 +38,11 @@ log = logging.getLogger(__name__)
 # `created_at` is a constant: a wall-clock time would make two runs of the same inputs differ.
 CREATED_AT = "2026-01-01T00:00:00Z"
 # A mutation can turn a loop infinite; such a run is cut at this multiple of the clean suite's
-# duration (at least MIN_MUTATION_TIMEOUT_S, at most sandbox.test_timeout_s) and discarded.
+# duration (at least MIN_MUTATION_TIMEOUT_S, at most sandbox.test_timeout_s) and discarded. A
+# loop burns a core until then: 5 of session 30's run T mutations did, 10 s each, beside copy
+# pre-training. The clean suites here take 0.5-0.9 s; 3 s kept the same candidates.
 TIMEOUT_FACTOR = 10
-MIN_MUTATION_TIMEOUT_S = 10.0
+MIN_MUTATION_TIMEOUT_S = 3.0
 
 
 # -- patches ------------------------------------------------------------------------------------

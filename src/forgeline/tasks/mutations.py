@@ -280,9 +280,11 @@ def _common(a: str, b: str, limit: int) -> int:
     return lo
 
 
-def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -> tuple[list[Site], Reference] | None:
+def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "",
+                    lines: range | None = None) -> tuple[list[Site], Reference] | None:
     """The unchecked sites of `source` (sorted) and the parsed module (`Reference`) that
-    `mutated_if_valid` compares against; None when the module does not parse."""
+    `mutated_if_valid` compares against; None when the module does not parse. `lines`: only
+    the sites on these lines (1-based), found without walking the rest of the module."""
     kinds = tuple(kinds)
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
@@ -291,9 +293,10 @@ def candidate_sites(source: str, kinds: Iterable[str] = KINDS, path: str = "") -
         tree = parse(source)
     except SyntaxError:
         return None
-    collector = _Collector(source, path, set(kinds))
+    collector = _Collector(source, path, set(kinds), lines)
     collector.visit_module(tree)
-    return sorted(set(collector.sites)), Reference(source, tree)
+    sites = collector.sites if lines is None else [s for s in collector.sites if s.line in lines]
+    return sorted(set(sites)), Reference(source, tree)
 
 
 def mutated_if_valid(source: str, site: Site, reference: Reference, path: str = "") -> str | None:
@@ -341,10 +344,11 @@ def select_sites(sites: Sequence[Site], kinds: Sequence[str], seed: int, max_tri
 class _Collector:
     """Walks one module and records a Site for every mutation of the wanted kinds."""
 
-    def __init__(self, source: str, path: str, kinds: set[str]):
+    def __init__(self, source: str, path: str, kinds: set[str], lines: range | None = None):
         self.source = source
         self.path = path
         self.kinds = kinds
+        self.within = lines  # only nodes whose lines meet these are walked (None: all)
         self.lines = re.findall(r"[^\n]*\n|[^\n]+$", source)
         self.starts = [0]
         for line in self.lines:
@@ -389,6 +393,10 @@ class _Collector:
             self.visit(stmt, [], None)
 
     def visit(self, node: ast.AST, scope: list[str], function: str | None) -> None:
+        # a site's edits lie inside the node it comes from, so a node outside `within` has none
+        if self.within is not None and getattr(node, "end_lineno", None) is not None \
+                and (node.end_lineno < self.within.start or node.lineno >= self.within.stop):
+            return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner = scope + [node.name]
             qualname = ".".join(inner)

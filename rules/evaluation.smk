@@ -36,8 +36,9 @@ REPORT_PLOTS = ["success", "outcomes", "dag", "funnel", *BASE_CURVES, "difficult
                 "ppo_curve"]
 # the RL runs (name -> adapter folder): PPO, GRPO and the warm starts of train.warm_start
 RL_RUNS = {name: PARAMS.train.run_folder(name) for name in ["ppo", "grpo", *sorted(WARM)]}
-MANIFEST_DIRS = [*(["results/policy/repeat", "results/policy/init"] if BASE_SOURCE == "sft" else []), BASE_POLICY,
-                 "results/critic", *RL_RUNS.values()]
+MANIFEST_DIRS = [*(["results/policy/tokenizer", "results/policy/repeat", "results/policy/init"]
+                   if BASE_SOURCE == "sft" else []),
+                 BASE_POLICY, "results/critic", *RL_RUNS.values()]
 
 
 rule evaluate:

@@ -1,4 +1,5 @@
-# Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here) is pre-trained to copy
+# Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here, first and alone, so the
+# SFT repositories' oracle can run among the task front's jobs) is pre-trained to copy
 # (policy_init: the repeat phase on one core beside the task front; copy_pretrain: recall and
 # match on both), then taught the agent's protocol on oracle trajectories of the SFT
 # repositories plus synthetic fixes of other Python source; at real scale the base is a hub
@@ -24,15 +25,34 @@ rule policy_hub:
         "forgeline policy-hub {CONFIG} --out {output.policy} --log {log}"
 
 
-rule policy_init:
+rule tokenizer:
     input:
         corpus=lambda w: [f for r in SFT for f in repo_files(REPOS_ROOT, r)],
         code=stage_code("forgeline.policy.init_stage"),
     output:
+        tokenizer=directory("results/policy/tokenizer"),
+    params:
+        conf=params_of(config, "repos.root", "repos.sft", "policy.init.tokenizer"),
+    log:
+        "logs/tokenizer.log",
+    priority: TASK_FRONT + 2
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "forgeline policy-init {CONFIG} --tokenizer-only --out {output.tokenizer} --log {log}"
+
+
+rule policy_init:
+    input:
+        tokenizer="results/policy/tokenizer",
+        code=stage_code("forgeline.policy.init_stage"),
+    output:
         policy=directory("results/policy/repeat"),
     params:
-        conf=params_of(config, "seed", "repos.root", "repos.sft", "policy.init.tokenizer",
-                       "policy.init.model", "policy.init.copy.repeat", "policy.init.copy.lr",
+        conf=params_of(config, "seed", "policy.init.tokenizer", "policy.init.model",
+                       "policy.init.copy.repeat", "policy.init.copy.lr",
                        "policy.init.copy.warmup_steps", "policy.init.copy.grad_clip",
                        "policy.init.copy.log_every", "policy.init.threads"),
     log:
@@ -45,7 +65,8 @@ rule policy_init:
         mem_mb=4000,
         runtime=20,
     shell:
-        "forgeline policy-init {CONFIG} --phases repeat --out {output.policy} --threads {threads} --log {log}"
+        "forgeline policy-init {CONFIG} --tokenizer {input.tokenizer} --phases repeat --out {output.policy}"
+        " --threads {threads} --log {log}"
 
 
 rule copy_pretrain:
@@ -71,7 +92,7 @@ rule copy_pretrain:
 rule agent_oracle:
     input:
         tasks="results/validated/{repo}.jsonl",
-        policy="results/policy/repeat",  # its tokenizer: the oracle runs before copy_pretrain ends
+        tokenizer="results/policy/tokenizer",  # all it needs of the policy: it runs among the task front's jobs
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
         image=image_of,
         code=stage_code("forgeline.agent.oracle"),
@@ -90,7 +111,7 @@ rule agent_oracle:
         mem_mb=2000,
         runtime=30,
     shell:
-        "forgeline agent-oracle {CONFIG} --tasks {input.tasks} --tokenizer {input.policy}"
+        "forgeline agent-oracle {CONFIG} --tasks {input.tasks} --tokenizer {input.tokenizer}"
         " --out {output.episodes} --manifest {output.manifest} --log {log}"
 
 

@@ -125,6 +125,36 @@ def no_containers_left(sandbox) -> list:
 
 
 @pytest.mark.docker
+def test_no_more_warm_spares_than_the_caller_still_needs(docker_client, env):
+    """With `expect(env, n)` the sandbox keeps at most as many started spares as it will still
+    be asked for: a spare nobody takes is a container started and removed for nothing."""
+    from forgeline.sandbox.docker import LABEL_OWNER, _OWNER, DockerSandbox
+    sb = DockerSandbox(client=docker_client, scratch_mb=64, warm=2)
+
+    def started() -> int:
+        """Containers of this process, once the spares asked for have started."""
+        for f in list(sb._spares.get(env, [])):
+            f.result()
+        sb._reaper.submit(lambda: None).result()  # finished test runs are removed in the background
+        return len(docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={_OWNER}"}))
+
+    try:
+        with sb.session(env):  # not told: `warm` spares
+            assert started() == 1 + 2
+        sb.close()
+        sb.expect(env, 2)
+        with sb.session(env):
+            assert started() == 1 + 1  # one more to come: one spare
+        assert sb.run_tests(env).exit_code == 0 and started() == 0  # none to come: none
+        sb.expect(env, 5)
+        with sb.session(env):
+            assert started() == 1 + 2
+    finally:
+        sb.shutdown()
+    assert no_containers_left(sb) == []
+
+
+@pytest.mark.docker
 def test_session_is_locked_down_and_diffs(sandbox, env):
     with sandbox.session(env, [BUG]) as s:
         who = s.exec("id -u; touch /testbed/ok && echo writable; ls /sys/class/net; "

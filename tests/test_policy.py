@@ -712,9 +712,12 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
             "copy": {"repeat": {"steps": 3, "batch": 4, "until_accuracy": None},
                      "recall": {"steps": 3, "batch": 2, "length": 32},
                      "match": {"steps": 3, "batch": 2, "length": 32, "pool": 8}, "log_every": 3}}}})
-    def init(name, phases=copy_pretrain.PHASES, resume=None, threads=2, config=cfg):
-        init_stage.run(config, argparse.Namespace(out=str(tmp_path / name), manifest=None, threads=threads,
-                                                  phases=list(phases), resume=resume and str(tmp_path / resume)))
+    def init(name, phases=copy_pretrain.PHASES, resume=None, threads=2, config=cfg, tokenizer=None,
+             tokenizer_only=False):
+        init_stage.run(config, argparse.Namespace(
+            out=str(tmp_path / name), manifest=None, threads=threads, phases=list(phases),
+            resume=resume and str(tmp_path / resume), tokenizer=tokenizer and str(tmp_path / tokenizer),
+            tokenizer_only=tokenizer_only))
         return _files(tmp_path / name)
 
     a, b = init("a"), init("b")
@@ -737,10 +740,15 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     assert chat.render(loaded, [{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
     assert json.loads(a["tokenizer_config.json"])["tokenizer_class"] == "PreTrainedTokenizerFast"
 
-    # the workflow's two jobs (repeat on one thread; recall and match, resumed, on two) write the
-    # folder the one job writes, byte for byte
-    first = init("repeat", phases=["repeat"], threads=1)
+    # the workflow's three jobs (the tokenizer alone; the model and the repeat phase on one thread;
+    # recall and match, resumed, on two) write the folder the one job writes, byte for byte
+    tok = init("tok", tokenizer_only=True)
+    assert set(tok) == {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "manifest.json"}
+    assert all(tok[k] == a[k] for k in tok if k != "manifest.json")
+    assert json.loads(tok["manifest.json"])["notes"]["corpus"] == manifest["notes"]["corpus"]
+    first = init("repeat", phases=["repeat"], threads=1, tokenizer="tok")
     assert "copy_state.pt" in first and "copy_state.pt" not in a
+    assert json.loads(first["manifest.json"])["notes"]["corpus"] == manifest["notes"]["corpus"]
     assert json.loads(first["manifest.json"])["notes"]["copy_phases_left"] == ["recall", "match"]
     resumed = init("init", phases=["recall", "match"], resume="repeat")
     assert {k: v for k, v in resumed.items() if k != "manifest.json"} == \
@@ -752,3 +760,9 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
         init("x", phases=["recall", "match"], resume="repeat", config=other)
     with pytest.raises(SystemExit, match="copy_state.pt"):
         init("y", phases=["recall", "match"], resume="a")
+    # a tokenizer trained with other params, or a folder that holds none, likewise
+    small = config_mod.merged(cfg, {"policy": {"init": {"tokenizer": {"vocab_size": 600}}}})
+    with pytest.raises(SystemExit, match="other policy.init.tokenizer params"):
+        init("z", phases=["repeat"], tokenizer="tok", config=small)
+    with pytest.raises(SystemExit, match="--tokenizer-only"):
+        init("w", phases=["repeat"], tokenizer="nothing-here")

@@ -169,7 +169,7 @@ def test_hub_base_replaces_the_tiny_policy_phase(tmp_path):
     (project / "hub.yaml").write_text(yaml.safe_dump(overlay))
     out = tp.run(project, "snakemake", "-n", "--cores", "2", "--configfile", "hub.yaml").stdout
     jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))
-    assert "policy_hub" in jobs and not jobs & {"policy_init", "copy_pretrain", "sft", "agent_oracle"}, sorted(jobs)
+    assert "policy_hub" in jobs and not jobs & {"tokenizer", "policy_init", "copy_pretrain", "sft", "agent_oracle"}, sorted(jobs)
     dot = tp.run(project, "snakemake", "--rulegraph", "--cores", "1", "--configfile", "hub.yaml").stdout
     names = dict(re.findall(r'(\d+)\[label = "(\w+)"', dot))
     fed = {names[b] for a, b in re.findall(r"(\d+) -> (\d+)", dot) if names[a] == "policy_hub"}

@@ -48,6 +48,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -162,6 +163,8 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
             env_cache[repo] = task_env(task, repos_root)
         return env_cache[repo]
 
+    for env, n in Counter(env_of(t) for t, _ in todo).items():
+        sandbox.expect(env, 2 * n)  # each episode: a session and a graded test run, at most
     context_limit = effective_context_limit(engine, c.context_limit)
     concurrency = max(1, int(c.rollout.concurrency))
     per_episode = c.rollout.seeding == "episode"

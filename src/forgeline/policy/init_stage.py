@@ -9,11 +9,13 @@ chat_template.jinja, and with copy pre-training copy_curve.json/.png) that
 AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that vLLM serves. Same params
 and inputs => byte-identical files.
 
-The workflow runs it as two jobs (`--phases`): `policy_init` builds the tokenizer and the model
-and runs the repeat phase on one core beside the task front, and writes the folder plus
+The workflow runs it as three jobs: `tokenizer` (`--tokenizer-only`) trains and writes the
+tokenizer alone, in seconds, so the SFT repositories' oracle, which needs nothing else, can run
+among the task front's jobs; `policy_init` (`--tokenizer DIR --phases repeat`) initialises the
+model and runs the repeat phase on one core beside the task front, and writes the folder plus
 `copy_state.pt` (AdamW, the batches' RNG, the curve so far); `copy_pretrain` goes on from it
-(`--resume`) with the recall and match phases on both cores. The two give the weights one job
-of all three phases gives, byte for byte (tested).
+(`--resume`) with the recall and match phases on both cores. They give the weights one job of
+all three phases gives, byte for byte (tested).
 """
 from __future__ import annotations
 
@@ -48,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", metavar="DIR",
                         help="go on from the folder an earlier policy-init wrote with --phases: its "
                              f"tokenizer, model and {STATE_NAME}")
+    parser.add_argument("--tokenizer-only", action="store_true",
+                        help="train the tokenizer and write only it (its folder and manifest)")
+    parser.add_argument("--tokenizer", metavar="DIR",
+                        help="the tokenizer a --tokenizer-only run wrote (default: train it here)")
 
 
 def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
@@ -57,12 +63,20 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     model_params: the keyword arguments of `tiny_qwen3_config` except vocab_size and token ids,
     plus `embedding_std` (optional; see `init_tiny_qwen3`).
     """
+    tokenizer = train_tokenizer(corpus, tok_params)
+    return tokenizer, init_model(tokenizer, model_params, seed)
+
+
+def train_tokenizer(corpus, tok_params: dict):
+    return build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
+                           min_frequency=int(tok_params["min_frequency"]),
+                           model_max_length=int(tok_params["model_max_length"]),
+                           split=str(tok_params.get("split", "qwen")))
+
+
+def init_model(tokenizer, model_params: dict, seed: int):
     model_params = dict(model_params)
     embedding_std = model_params.pop("embedding_std", None)
-    tokenizer = build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
-                                min_frequency=int(tok_params["min_frequency"]),
-                                model_max_length=int(tok_params["model_max_length"]),
-                                split=str(tok_params.get("split", "qwen")))
     config = tiny_qwen3_config(
         vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **model_params)
@@ -70,22 +84,24 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
     # like Qwen3's generation_config.json: a turn ends at <|im_end|> or <|endoftext|>
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return tokenizer, model
+    return model
 
 
 def run(cfg, args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
+    if getattr(args, "tokenizer_only", False):
+        return _write_tokenizer(cfg, out, manifest_path)
     import torch
 
     section = cfg.policy.init
     seed = stage_seed(cfg.seed, STAGE)
-    out = Path(args.out)
-    manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
     torch.set_num_threads(max(1, args.threads))
     phases = tuple(args.phases)
     if args.resume:
         manifest, tokenizer, model, state, corpus_notes = _resumed(Path(args.resume), section, seed)
     else:
-        manifest, tokenizer, model, corpus_notes = _built(cfg, seed)
+        manifest, tokenizer, model, corpus_notes = _built(cfg, seed, getattr(args, "tokenizer", None))
         state = None
     special_ids = check_special_tokens(tokenizer)
     counts = parameter_count(model)
@@ -133,29 +149,73 @@ def run(cfg, args: argparse.Namespace) -> None:
     log.info("wrote %s (%d files) and %s", out, len(outputs), manifest_path)
 
 
-def _built(cfg, seed: int):
-    """(manifest, tokenizer, model, corpus notes) of a new tokenizer and model."""
-    section = cfg.policy.init
-    tok_params, model_params = as_dict(section.tokenizer), as_dict(section.model)
+def _corpus(cfg, manifest: Manifest):
+    """(the tokenizer's training corpus, its notes for the manifest)."""
+    tok_params = as_dict(cfg.policy.init.tokenizer)
     corpus_repos = sorted(cfg.repos.sft)
     repo_dirs = [Path(cfg.repos.root) / name for name in corpus_repos]
     missing = [str(d) for d in repo_dirs if not d.is_dir()]
     if missing:
         raise FileNotFoundError(f"corpus repositories not found: {missing}")
-    manifest = Manifest(stage=STAGE, params=as_dict(section), seeds={"model_init": seed},
-                        inputs=[str(d) for d in repo_dirs], code=__name__)
+    manifest.inputs = [str(d) for d in repo_dirs]
     with manifest.timed("corpus"):
         corpus = collect_corpus(repo_dirs, stdlib_dir(),
                                 stdlib_max_bytes=int(tok_params["stdlib_max_bytes"]),
                                 max_file_bytes=int(tok_params["max_file_bytes"]))
     log.info("tokenizer corpus: %d files, %d characters", len(corpus), sum(len(f.text) for f in corpus))
-    with manifest.timed("build"):
-        tokenizer, model = build_policy(
-            corpus, {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length", "split")
-                     if k in tok_params},
-            model_params, seed)
     notes = {"repos": corpus_repos, "files": len(corpus), "characters": sum(len(f.text) for f in corpus),
              "stdlib_python": platform.python_version(), "digest": corpus_digest(corpus)}
+    return corpus, notes
+
+
+def _tok_params(section) -> dict:
+    tok_params = as_dict(section.tokenizer)
+    return {k: tok_params[k] for k in ("vocab_size", "min_frequency", "model_max_length", "split") if k in tok_params}
+
+
+def _write_tokenizer(cfg, out: Path, manifest_path: Path) -> None:
+    """`--tokenizer-only`: the trained tokenizer's folder (what AutoTokenizer loads) and manifest."""
+    section = cfg.policy.init
+    manifest = Manifest(stage=STAGE, params={"tokenizer": as_dict(section.tokenizer)}, code=__name__)
+    corpus, notes = _corpus(cfg, manifest)
+    with manifest.timed("build"):
+        tokenizer = train_tokenizer(corpus, _tok_params(section))
+    check_special_tokens(tokenizer)
+    with atomic_dir(out, owned=(MANIFEST_NAME,)) as tmp:
+        tokenizer.save_pretrained(tmp)
+        portable_tokenizer_config(tmp / "tokenizer_config.json")
+    outputs = sorted(p for p in out.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+    manifest.notes = {"vocab_size": len(tokenizer), "corpus": notes,
+                      "tokenizer_json_sha256": sha256_file(out / "tokenizer.json")}
+    manifest.write(manifest_path, outputs=outputs)
+    log.info("wrote %s (%d files): the tokenizer, %d ids", out, len(outputs), len(tokenizer))
+
+
+def _built(cfg, seed: int, tokenizer_dir: str | None = None):
+    """(manifest, tokenizer, model, corpus notes) of a new model, and of a new tokenizer unless
+    `tokenizer_dir` holds one (`--tokenizer-only`'s folder, made with these tokenizer params)."""
+    from transformers import AutoTokenizer
+
+    section = cfg.policy.init
+    manifest = Manifest(stage=STAGE, params=as_dict(section), seeds={"model_init": seed}, code=__name__)
+    if tokenizer_dir is None:
+        corpus, notes = _corpus(cfg, manifest)
+        with manifest.timed("build"):
+            tokenizer = train_tokenizer(corpus, _tok_params(section))
+    else:
+        folder = Path(tokenizer_dir)
+        if not (folder / MANIFEST_NAME).is_file() or not (folder / "tokenizer.json").is_file():
+            raise SystemExit(f"policy-init --tokenizer {folder}: no tokenizer.json and {MANIFEST_NAME} "
+                             "there; it must be the folder of a policy-init --tokenizer-only run")
+        earlier = json.loads((folder / MANIFEST_NAME).read_text())
+        if (earlier.get("params") or {}).get("tokenizer") != as_dict(section.tokenizer):
+            raise SystemExit(f"policy-init --tokenizer {folder}: {folder / MANIFEST_NAME} says it was "
+                             "trained with other policy.init.tokenizer params; rebuild it with this config first")
+        manifest.inputs = [str(folder)]
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        notes = earlier["notes"]["corpus"]
+    with manifest.timed("build"):
+        model = init_model(tokenizer, as_dict(section.model), seed)
     return manifest, tokenizer, model, notes
 
 

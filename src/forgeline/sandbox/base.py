@@ -89,3 +89,7 @@ class Sandbox(abc.ABC):
     def run_tests(self, env: TaskEnv, patches: Sequence[str] = (), tests: Sequence[str] | None = None,
                   timeout_s: float = 120.0) -> TestRun:
         """Run `tests` (pytest node ids; None = the whole suite) in a FRESH environment."""
+
+    def expect(self, env: TaskEnv, n: int) -> None:
+        """A hint: at most `n` more fresh environments of `env` (sessions and test runs) will be
+        asked for. A backend that keeps started environments ready keeps no more than that."""

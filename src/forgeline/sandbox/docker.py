@@ -29,7 +29,8 @@ Options (constructor keywords; config keys under `sandbox.docker`, defaults in O
     pids: 256           process-count limit (fork bombs stop here)
     scratch_mb: 256     size of each of the tmpfs mounts /testbed and /tmp
     output_limit: 64000 bytes of a command's output kept (head and tail)
-    warm: 1             started spare containers kept per image (0: start on demand)
+    warm: 1             started spare containers kept per image (0: start on demand), never
+                        more than a caller said it will still ask for (`expect`)
 """
 from __future__ import annotations
 
@@ -606,6 +607,7 @@ class DockerSandbox(Sandbox):
         self.options = {**OPTIONS, **{k: v for k, v in options.items() if v is not None}}
         self.client = client or connect()
         self._spares: dict[TaskEnv, list[concurrent.futures.Future]] = {}
+        self._expected: dict[TaskEnv, int] = {}  # fresh containers still to be asked for, where told
         self._spare_lock = threading.Lock()
         self._starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forgeline-warm")
         self._reaper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forgeline-reap")
@@ -627,6 +629,8 @@ class DockerSandbox(Sandbox):
         with self._spare_lock:
             futures = self._spares.get(env, [])
             future = futures.pop(0) if futures else None
+            if env in self._expected:
+                self._expected[env] = max(0, self._expected[env] - 1)
         if future is not None:
             try:
                 session = future.result()
@@ -642,8 +646,17 @@ class DockerSandbox(Sandbox):
             if self._closed:
                 return
             futures = self._spares.setdefault(env, [])
-            while len(futures) < int(self.options["warm"]):
+            # a spare nobody takes costs a container's start and removal for nothing: the last
+            # `warm` of each image in every job were such
+            limit = int(self.options["warm"])
+            if env in self._expected:
+                limit = min(limit, self._expected[env])
+            while len(futures) < limit:
                 futures.append(self._starter.submit(DockerSession, self, env))
+
+    def expect(self, env: TaskEnv, n: int) -> None:
+        with self._spare_lock:
+            self._expected[env] = max(0, int(n))
 
     def session(self, env: TaskEnv, patches: Sequence[str] = ()) -> DockerSession:
         s = self._fresh(env)

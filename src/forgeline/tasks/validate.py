@@ -281,6 +281,8 @@ def validate_batch(records: Iterable[dict], snapshot: RepoSnapshot, sandbox: San
     gold_durations: list[float] = []
     flaky: list[str] = []
     if todo:
+        # the gold runs, then per instance a NOP run and the verifier's (at most)
+        sandbox.expect(snapshot.env(), opts.gold_runs + 2 * len(todo))
         t0 = time.perf_counter()
         runs = gold_suite(sandbox, snapshot.env(), opts.gold_runs, opts.timeout_s, threads)
         timings["gold_runs"] = round(time.perf_counter() - t0, 4)

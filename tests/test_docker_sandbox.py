@@ -143,10 +143,12 @@ def test_no_more_warm_spares_than_the_caller_still_needs(docker_client, env):
             assert started() == 1 + 2
         sb.close()
         sb.expect(env, 2)
+        assert started() == 2  # told: the spares start at once
         with sb.session(env):
             assert started() == 1 + 1  # one more to come: one spare
         assert sb.run_tests(env).exit_code == 0 and started() == 0  # none to come: none
         sb.expect(env, 5)
+        assert started() == 2
         with sb.session(env):
             assert started() == 1 + 2
     finally:

@@ -657,6 +657,7 @@ class DockerSandbox(Sandbox):
     def expect(self, env: TaskEnv, n: int) -> None:
         with self._spare_lock:
             self._expected[env] = max(0, int(n))
+        self._top_up(env)  # the spares start now, while the caller's first turns generate
 
     def session(self, env: TaskEnv, patches: Sequence[str] = ()) -> DockerSession:
         s = self._fresh(env)

@@ -1,12 +1,16 @@
 """The SFT stage's two costs, each side by side in one run:
 
     .venv/bin/python bench/sft_speed.py [--before REV] [--examples 200] [--steps 6] [--repeats 3]
-                                        [--threads 2] [--json bench/out/sft_speed.json]
+                                        [--threads 2] [--tokenizer results/policy/init]
+                                        [--json bench/out/sft_speed.json]
 
 - `data`: making `--examples` synthetic conversations (train.sft.synthetic as params.yaml says,
   seed 1) with this checkout's code and with the code of git revision `--before` (a temporary
   worktree, run in a subprocess the same way); each prints the sha256 of what it made, so the
   table shows whether the output is the same.
+- `tokens`: turning those conversations into tokens and action masks
+  (`sft.conversation_tokens`) with `--tokenizer`'s tokenizer, each checkout's code in its own
+  subprocess, the sha256 of the tokens and masks beside (skipped when the folder is missing).
 - `step`: SFT optimizer steps on batches shaped like the stage's (right-padded pairs of
   examples of 1,700-2,400 tokens, 15% action tokens) with an attention mask (the stage until
   session 16) and without one (the causal mask alone, sdpa's fused kernel), the same loss.
@@ -34,6 +38,7 @@ from forgeline.config import load
 from forgeline.agent.tools import tool_schemas
 from forgeline.train.synthetic import synthetic_conversations, synthetic_sources
 cfg = load([str(Path(sys.argv[1]) / "params.yaml")])
+tokenizer_dir = sys.argv[3]
 s, a = cfg.train.sft.synthetic, cfg.agent
 files = synthetic_sources([Path(sys.argv[1]) / cfg.repos.root / r for r in cfg.repos.sft], True, True,
                           int(s.max_file_bytes))
@@ -41,13 +46,22 @@ t = time.perf_counter()
 out = synthetic_conversations(files, int(sys.argv[2]), 1, s.kinds, int(s.max_lines), int(s.per_file),
                               int(a.max_tool_output_chars), float(s.rename), int(s.max_guesses),
                               float(s.recovery), tool_schemas(a.tools))
-print(json.dumps({"s": time.perf_counter() - t, "n": len(out),
-                  "sha256": hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()}))
+made = {"s": time.perf_counter() - t, "n": len(out),
+        "sha256": hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()}
+if tokenizer_dir:
+    from transformers import AutoTokenizer
+    from forgeline.train.sft import conversation_tokens
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    t = time.perf_counter()
+    tokens = [conversation_tokens(tok, msgs, tool_schemas(a.tools)) for _, msgs in out]
+    made["tok_s"] = time.perf_counter() - t
+    made["tok_sha256"] = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
+print(json.dumps(made))
 """
 
 
-def time_data(src: Path, n: int) -> dict:
-    res = subprocess.run([sys.executable, "-c", DATA_SCRIPT, str(ROOT), str(n)], capture_output=True,
+def time_data(src: Path, n: int, tokenizer: str) -> dict:
+    res = subprocess.run([sys.executable, "-c", DATA_SCRIPT, str(ROOT), str(n), tokenizer], capture_output=True,
                          text=True, check=True, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin",
                                                      "PYTHONHASHSEED": "0"})
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -76,6 +90,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokenizer", default="results/policy/init",
+                    help="a tokenizer folder for the tokens rows (missing: no tokens rows)")
     ap.add_argument("--json", default="bench/out/sft_speed.json")
     args = ap.parse_args()
 
@@ -102,8 +118,13 @@ def main() -> None:
         batches.append((ids, att, lm))
     tokens = sum(int(a.sum()) for _, a, _ in batches)
 
+    tokenizer = str(Path(args.tokenizer).resolve()) if (Path(args.tokenizer) / "tokenizer.json").is_file() else ""
     rows: dict[str, list[float]] = {"step: attention mask": [], "step: causal only": [],
                                     "data: before": [], "data: now": []}
+    if tokenizer:
+        rows.update({"tokens: before": [], "tokens: now": []})
+    if not args.steps:
+        del rows["step: attention mask"], rows["step: causal only"]
     hashes: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "before"
@@ -111,21 +132,26 @@ def main() -> None:
                        check=True, capture_output=True)
         try:
             for _ in range(args.repeats):
-                rows["step: attention mask"].append(time_steps(model, batches, True))
-                rows["step: causal only"].append(time_steps(model, batches, False))
-                for name, src in (("data: before", old / "src"), ("data: now", ROOT / "src")):
-                    r = time_data(src, args.examples)
-                    rows[name].append(r["s"])
-                    hashes[name] = f"{r['n']} conversations, sha256 {r['sha256'][:12]}"
+                if args.steps:
+                    rows["step: attention mask"].append(time_steps(model, batches, True))
+                    rows["step: causal only"].append(time_steps(model, batches, False))
+                for name, src in (("before", old / "src"), ("now", ROOT / "src")):
+                    r = time_data(src, args.examples, tokenizer)
+                    rows[f"data: {name}"].append(r["s"])
+                    hashes[f"data: {name}"] = f"{r['n']} conversations, sha256 {r['sha256'][:12]}"
+                    if tokenizer:
+                        rows[f"tokens: {name}"].append(r["tok_s"])
+                        hashes[f"tokens: {name}"] = f"sha256 {r['tok_sha256'][:12]}"
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
     med = {k: statistics.median(v) for k, v in rows.items()}
     print(f"threads {args.threads}; medians of {args.repeats}; before = {args.before}")
     print("| variant | median s | rate | speed-up |\n|---|---|---|---|")
     for k, v in med.items():
-        base = med["step: attention mask"] if k.startswith("step") else med["data: before"]
-        rate = (f"{tokens / v:,.0f} tokens/s" if k.startswith("step")
-                else f"{args.examples / v:.1f} examples/s ({hashes[k]})")
+        kind = k.split(":")[0]
+        base = med["step: attention mask"] if kind == "step" else med[f"{kind}: before"]
+        rate = (f"{tokens / v:,.0f} tokens/s" if kind == "step"
+                else f"{args.examples / v:.1f} conversations/s ({hashes[k]})")
         print(f"| {k} | {v:.2f} | {rate} | {base / v:.2f}x |")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

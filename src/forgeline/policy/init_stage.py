@@ -68,6 +68,7 @@ def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
 
 
 def train_tokenizer(corpus, tok_params: dict):
+    """The byte-level BPE tokenizer trained on `corpus` (`tok_params` as in `build_policy`)."""
     return build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
                            min_frequency=int(tok_params["min_frequency"]),
                            model_max_length=int(tok_params["model_max_length"]),
@@ -75,6 +76,7 @@ def train_tokenizer(corpus, tok_params: dict):
 
 
 def init_model(tokenizer, model_params: dict, seed: int):
+    """A new tiny Qwen3ForCausalLM over `tokenizer`'s ids (`model_params` as in `build_policy`)."""
     model_params = dict(model_params)
     embedding_std = model_params.pop("embedding_std", None)
     config = tiny_qwen3_config(
@@ -90,7 +92,7 @@ def init_model(tokenizer, model_params: dict, seed: int):
 def run(cfg, args: argparse.Namespace) -> None:
     out = Path(args.out)
     manifest_path = Path(args.manifest) if args.manifest else out / MANIFEST_NAME
-    if getattr(args, "tokenizer_only", False):
+    if args.tokenizer_only:
         return _write_tokenizer(cfg, out, manifest_path)
     import torch
 
@@ -101,7 +103,7 @@ def run(cfg, args: argparse.Namespace) -> None:
     if args.resume:
         manifest, tokenizer, model, state, corpus_notes = _resumed(Path(args.resume), section, seed)
     else:
-        manifest, tokenizer, model, corpus_notes = _built(cfg, seed, getattr(args, "tokenizer", None))
+        manifest, tokenizer, model, corpus_notes = _built(cfg, seed, args.tokenizer)
         state = None
     special_ids = check_special_tokens(tokenizer)
     counts = parameter_count(model)

@@ -1,5 +1,5 @@
 # Phase 3: the base policy. A tiny Qwen3 (its tokenizer trained here, first and alone, so the
-# SFT repositories' oracle can run among the task front's jobs) is pre-trained to copy
+# SFT repositories' oracle need not wait for copy pre-training) is pre-trained to copy
 # (policy_init: the repeat phase on one core beside the task front; copy_pretrain: recall and
 # match on both), then taught the agent's protocol on oracle trajectories of the SFT
 # repositories plus synthetic fixes of other Python source; at real scale the base is a hub
@@ -92,7 +92,7 @@ rule copy_pretrain:
 rule agent_oracle:
     input:
         tasks="results/validated/{repo}.jsonl",
-        tokenizer="results/policy/tokenizer",  # all it needs of the policy: it runs among the task front's jobs
+        tokenizer="results/policy/tokenizer",  # all it needs of the policy
         repo=lambda w: repo_files(REPOS_ROOT, w.repo),
         image=image_of,
         code=stage_code("forgeline.agent.oracle"),

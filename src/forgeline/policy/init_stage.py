@@ -10,8 +10,8 @@ AutoModelForCausalLM / AutoTokenizer.from_pretrained load, and that vLLM serves.
 and inputs => byte-identical files.
 
 The workflow runs it as three jobs: `tokenizer` (`--tokenizer-only`) trains and writes the
-tokenizer alone, in seconds, so the SFT repositories' oracle, which needs nothing else, can run
-among the task front's jobs; `policy_init` (`--tokenizer DIR --phases repeat`) initialises the
+tokenizer alone, in seconds, so the SFT repositories' oracle, which needs nothing else, does
+not wait for the repeat phase; `policy_init` (`--tokenizer DIR --phases repeat`) initialises the
 model and runs the repeat phase on one core beside the task front, and writes the folder plus
 `copy_state.pt` (AdamW, the batches' RNG, the curve so far); `copy_pretrain` goes on from it
 (`--resume`) with the recall and match phases on both cores. They give the weights one job of

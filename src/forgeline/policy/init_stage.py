@@ -56,19 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the tokenizer a --tokenizer-only run wrote (default: train it here)")
 
 
-def build_policy(corpus, tok_params: dict, model_params: dict, seed: int):
-    """Train the tokenizer on `corpus` and initialise the model; returns (tokenizer, model).
-
-    tok_params: vocab_size, min_frequency, model_max_length, split (optional: qwen).
-    model_params: the keyword arguments of `tiny_qwen3_config` except vocab_size and token ids,
-    plus `embedding_std` (optional; see `init_tiny_qwen3`).
-    """
-    tokenizer = train_tokenizer(corpus, tok_params)
-    return tokenizer, init_model(tokenizer, model_params, seed)
-
-
 def train_tokenizer(corpus, tok_params: dict):
-    """The byte-level BPE tokenizer trained on `corpus` (`tok_params` as in `build_policy`)."""
+    """The byte-level BPE tokenizer trained on `corpus`. tok_params: vocab_size, min_frequency,
+    model_max_length, split (optional: qwen)."""
     return build_tokenizer(corpus, vocab_size=int(tok_params["vocab_size"]),
                            min_frequency=int(tok_params["min_frequency"]),
                            model_max_length=int(tok_params["model_max_length"]),
@@ -76,7 +66,9 @@ def train_tokenizer(corpus, tok_params: dict):
 
 
 def init_model(tokenizer, model_params: dict, seed: int):
-    """A new tiny Qwen3ForCausalLM over `tokenizer`'s ids (`model_params` as in `build_policy`)."""
+    """A new tiny Qwen3ForCausalLM over `tokenizer`'s ids. model_params: the keyword arguments
+    of `tiny_qwen3_config` except vocab_size and token ids, plus `embedding_std` (optional; see
+    `init_tiny_qwen3`)."""
     model_params = dict(model_params)
     embedding_std = model_params.pop("embedding_std", None)
     config = tiny_qwen3_config(

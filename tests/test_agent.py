@@ -21,6 +21,7 @@ from forgeline.agent.oracle import ScriptedEngine  # noqa: E402
 from forgeline.policy.chat import format_tool_call, render_ids  # noqa: E402
 from forgeline.policy.engine import HFEngine  # noqa: E402
 from forgeline.sandbox.process import ProcessSandbox  # noqa: E402
+from forgeline.sandbox.verify import Verdicts  # noqa: E402
 from forgeline.tasks.generate import make_patch  # noqa: E402
 from forgeline.tasks.repos import RepoSnapshot  # noqa: E402
 
@@ -519,6 +520,21 @@ def test_rollout_opens_sessions_at_the_first_call_and_grades_equal_answers_once(
                          tokenizer=tok, policy="scripted") for t, s in pairs]
     assert [strip_volatile(r) for r in alone] == [strip_volatile(r) for r in recs]
     assert not any(r["timing"]["verify_cached"] for r in alone)
+
+
+def test_calls_that_share_verdicts_grade_a_fix_found_again_once(world, tok):
+    """An RL run's steps share their test runs: the fix a later step submits again is not rerun,
+    and its verdict is the one a run gives."""
+    beta = world["beta"]
+    scripts = {beta["problem_statement"]: solve_script(beta)[1::2]}
+    cfg = config.merged(CFG, {"max_new_tokens": 128})
+    shared, sandbox = Verdicts(), CountingSandbox()
+    steps = [ro.rollout([(beta, seed)], ScriptedEngine.replay(tok, scripts), sandbox, cfg, envs=world["envs"],
+                        tokenizer=tok, policy="scripted", progress=False, verdicts=shared)[0]
+             for seed in (0, 1)]
+    assert sandbox.test_runs == 1
+    assert [r["timing"]["verify_cached"] for r in steps] == [False, True]
+    assert [r["outcome"] for r in steps] == ["resolved"] * 2 and steps[0]["verdict"] == steps[1]["verdict"]
 
 
 def test_rollout_hf_engine_same_seeds_same_episodes(world, tok, lm, sandbox):

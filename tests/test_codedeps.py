@@ -137,6 +137,21 @@ def test_a_parse_with_no_code_changed_reads_the_stamps_from_the_cache(package, t
     assert codedeps.tree_key(package) != key
 
 
+def test_a_manifest_reads_the_digest_from_the_cache_and_never_writes_it(tmp_path, monkeypatch):
+    """Every job's manifest names its code digest: where the Snakefile's parse left the stamp it
+    is read; elsewhere (a job in another folder) it is walked, and nothing is written there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(codedeps, "_CACHED", {})
+    stage = "forgeline.tasks.split"
+    walked = codedeps.stage_code(stage)["digest"]
+    assert codedeps.stage_digest(stage) == walked
+    assert not (tmp_path / codedeps.CODE_CACHE).exists()
+    codedeps.cached_stage_code(stage)  # the parse
+    monkeypatch.setattr(codedeps, "_CACHED", {})  # a job: a new process
+    monkeypatch.setattr(codedeps, "stage_code", lambda *a, **k: pytest.fail("walked"))
+    assert codedeps.stage_digest(stage) == walked
+
+
 def test_unknown_stage_is_named():
     with pytest.raises(ValueError, match="forgeline.nope"):
         codedeps.stage_code("forgeline.nope")

@@ -126,10 +126,11 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
             cfg: AgentConfig, *, repos_root: str | Path | None = None,
             envs: Mapping[str, TaskEnv] | None = None, record_path: str | Path | None = None,
             tokenizer=None, policy: str = "policy", test_timeout_s: float = 120.0,
-            progress: bool = True) -> list[dict]:
+            progress: bool = True, verdicts: Verdicts | None = None) -> list[dict]:
     """Run every (task, seed) pair; returns all records (resumed ones included), sorted by
     (instance_id, seed). `envs` ({repo: TaskEnv}) or `repos_root` locates the snapshots;
-    `record_path` is the resumable JSONL (None: keep nothing on disk)."""
+    `record_path` is the resumable JSONL (None: keep nothing on disk). `verdicts`: test runs
+    shared with other calls (an RL run's steps); None: this call's equal submissions only."""
     c = cfg
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
     if tok is None:
@@ -173,7 +174,8 @@ def rollout(pairs: Sequence[tuple[Mapping[str, Any], int]], engine: Engine, sand
     bar = tqdm(total=len(keys), initial=len(done), desc=f"rollout {policy}", unit="ep",
                dynamic_ncols=True, disable=not progress, leave=False)
     started: dict[tuple[str, int], Episode] = {}  # until their record is in
-    verdicts = Verdicts()  # equal submissions of this rollout share one test run
+    if verdicts is None:
+        verdicts = Verdicts()  # equal submissions of this rollout share one test run
     finishing: list[concurrent.futures.Future] = []
     queue = list(todo)
 
@@ -294,11 +296,12 @@ def run_policy_on_tasks(cfg, stage: str, policy: PolicySpec, tasks: Sequence[Map
     engine, one record: a resumed run skips the screen's finished episodes)."""
     with open_engine(policy, cfg.serving, dtype, seed=stage_seed(cfg.seed, stage)) as (engine, name, loaded):
         sandbox = get_sandbox(cfg.sandbox)
+        verdicts = Verdicts()  # the screen's graded submissions, for the episodes after it
 
         def run(pairs):
             return rollout(pairs, engine, sandbox, cfg.agent, repos_root=cfg.repos.root,
                            record_path=record_path, policy=name,
-                           test_timeout_s=float(cfg.sandbox.test_timeout_s))
+                           test_timeout_s=float(cfg.sandbox.test_timeout_s), verdicts=verdicts)
 
         log.info("%s: %s (%s) on %d tasks x %d seed(s)", stage, name, loaded["kind"], len(tasks), len(seeds))
         with manifest.timed("rollout") if manifest is not None else contextlib.nullcontext():

@@ -45,6 +45,7 @@ from forgeline.plots import figure, save_png
 from forgeline.policy.engine import GenerationClock, open_adapter_server
 from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl
 from forgeline.sandbox import get_sandbox
+from forgeline.sandbox.verify import Verdicts
 from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train.distributed import allreduce_, barrier, gather, setup_distributed, teardown_distributed
 from forgeline.train.grpo_update import GRPOTrainer, assign_advantages
@@ -114,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_step(step: int, groups: Sequence[tuple[int, Mapping[str, Any], int]], trainer: GRPOTrainer, engine,
              sandbox, a: AgentConfig, repos_root: Path, test_timeout_s: float, policy: str,
-             advantage: str) -> dict[str, Any]:
+             advantage: str, verdicts: Verdicts | None = None) -> dict[str, Any]:
     """One GRPO step (see the module docstring); returns its train-log line."""
     import torch
 
@@ -127,7 +128,8 @@ def run_step(step: int, groups: Sequence[tuple[int, Mapping[str, Any], int]], tr
     trainer.actor.eval()
     clock = GenerationClock(engine)
     records = rollout(mine, clock, sandbox, a, repos_root=repos_root, tokenizer=engine.tokenizer,
-                      policy=policy, test_timeout_s=test_timeout_s, progress=False) if mine else []
+                      policy=policy, test_timeout_s=test_timeout_s, progress=False,
+                      verdicts=verdicts) if mine else []
     t_roll = time.perf_counter() - t0
     t_gen = min(t_roll, clock.busy_s())
     # 3. rewards and gates; every process gets every sample
@@ -208,6 +210,8 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
                          "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
     trainer = GRPOTrainer(actor, c, seed, rank, world, device, temperature=float(a.temperature))
     sandbox = get_sandbox(cfg.sandbox)
+    # a submission already graded in an earlier step (the same fix, found again) is not rerun
+    verdicts = Verdicts()
     name = Path(args.policy).name
     last = first + (args.steps or int(c.steps))
     base_ref = base_reference(args.policy, cfg.policy.base)
@@ -216,7 +220,7 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
         groups = [(g, tasks[iid], s) for g, iid, s in step_groups(task_ids, n, seed, int(c.tasks_per_step),
                                                                   int(c.group_size))]
         return run_step(n, groups, trainer, engine, sandbox, a, Path(cfg.repos.root),
-                        float(cfg.sandbox.test_timeout_s), name, c.advantage)
+                        float(cfg.sandbox.test_timeout_s), name, c.advantage, verdicts)
 
     with manifest.timed("train"):
         done = train_steps("grpo", trainer, tokenizer, ckpt_root, fingerprint, first, last, int(c.checkpoint_every),

@@ -62,6 +62,7 @@ from forgeline.plots import figure, save_png
 from forgeline.policy.engine import GenerationClock, open_adapter_server
 from forgeline.provenance import MANIFEST_NAME, Manifest, read_jsonl
 from forgeline.sandbox import get_sandbox
+from forgeline.sandbox.verify import Verdicts
 from forgeline.seeds import derive_seed, stage_seed
 from forgeline.train.critic import load_value_model, save_value_model
 from forgeline.train.distributed import allreduce_, barrier, gather, setup_distributed, teardown_distributed
@@ -190,7 +191,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer: PPOTrainer, engine, sandbox,
-             a: AgentConfig, repos_root: Path, test_timeout_s: float, policy: str) -> dict[str, Any]:
+             a: AgentConfig, repos_root: Path, test_timeout_s: float, policy: str,
+             verdicts: Verdicts | None = None) -> dict[str, Any]:
     """One PPO step (see the module docstring); returns its train-log line."""
     import torch
 
@@ -203,7 +205,8 @@ def run_step(step: int, pairs: Sequence[tuple[Mapping[str, Any], int]], trainer:
     trainer.actor.eval()
     clock = GenerationClock(engine)
     records = rollout(mine, clock, sandbox, a, repos_root=repos_root, tokenizer=engine.tokenizer,
-                      policy=policy, test_timeout_s=test_timeout_s, progress=False) if mine else []
+                      policy=policy, test_timeout_s=test_timeout_s, progress=False,
+                      verdicts=verdicts) if mine else []
     t_roll = time.perf_counter() - t0
     # sandbox = the rest of the rollout: tool calls and verification not hidden behind generation
     t_gen = min(t_roll, clock.busy_s())
@@ -290,6 +293,8 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
                          "softmax, a nucleus would make them another distribution's); set agent.top_p: 1.0")
     trainer = PPOTrainer(actor, critic, c, seed, rank, world, device, temperature=float(a.temperature))
     sandbox = get_sandbox(cfg.sandbox)
+    # a submission already graded in an earlier step (the same fix, found again) is not rerun
+    verdicts = Verdicts()
     name = Path(args.policy).name
     last = first + (args.steps or int(c.steps))
     base_ref = base_reference(args.policy, cfg.policy.base)
@@ -298,7 +303,7 @@ def _run(cfg, args: argparse.Namespace, engine_kind: str, base_url: str | None, 
         pairs = [(tasks[iid], s) for iid, s in step_pairs(task_ids, n, seed, int(c.tasks_per_step),
                                                           int(c.samples_per_task))]
         return run_step(n, pairs, trainer, engine, sandbox, a, Path(cfg.repos.root),
-                        float(cfg.sandbox.test_timeout_s), name)
+                        float(cfg.sandbox.test_timeout_s), name, verdicts)
 
     def save_critic(folder: Path) -> None:  # a warm start continues with this critic
         (folder / CRITIC_DIR).mkdir()

@@ -41,17 +41,6 @@ MANIFEST_DIRS = [*(["results/policy/tokenizer", "results/policy/repeat", "result
                  BASE_POLICY, "results/critic", *RL_RUNS.values()]
 
 
-def eval_priority(wildcards):
-    """Where the base policy's evaluations go among the chain's jobs. A panel that needs no split
-    (heldout) first, at the start of the difficulty phase: run across the split, it held a core
-    while the critic, which needs both, waited. A panel of the split after the offline rollouts
-    (one core each, side by side; the critic comes when both end). The RL policies' last."""
-    if wildcards.policy != EVAL_BASE:
-        return 0
-    of_split = any(str(f).startswith("results/split/") for f in PANELS[wildcards.panel])
-    return CRITICAL_PATH - 1 if of_split else CRITICAL_PATH + 1
-
-
 rule evaluate:
     input:
         tasks=lambda w: PANELS[w.panel],
@@ -75,7 +64,6 @@ rule evaluate:
         policy="|".join(POLICIES),
     log:
         "logs/evaluate/{panel}/{policy}.log",
-    priority: eval_priority
     threads: config["evaluation"]["threads"]
     resources:
         mem_mb=4000,

@@ -97,10 +97,8 @@ rule grpo:
     log:
         "logs/grpo.log",
     # not on the way to PPO's adapter, but a two-core job: left behind the one-core evaluations,
-    # it would wait for each of them and then run alone at the end. Below the chain's jobs: with
-    # both cores free at the split it would go before the offline rollouts, and the evaluations
-    # started on a core it frees would keep the critic waiting
-    priority: CRITICAL_PATH - 1
+    # it would wait for each of them and then run alone at the end
+    priority: CRITICAL_PATH
     threads: config["train"]["grpo"]["threads"]
     resources:
         mem_mb=8000,

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from forgeline import config as config_mod
+from forgeline.workflow import zygote
 
 log = logging.getLogger("forgeline")
 
@@ -88,10 +89,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Stable time zone: artifacts must not depend on the shell they ran in.
     os.environ.setdefault("TZ", "UTC")
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the process's own command: a warm zygote runs it where one serves
+        argv = sys.argv[1:]
+        zygote.hand_over(argv)
     wanted = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(wanted if wanted in (STAGES | TOOLS) else None).parse_args(argv)
     _setup_logging(args.log, args.verbose)
+    if zygote.serving():
+        log.debug("running in a fork of the zygote in %s", os.environ.get(zygote.ENV))
     try:
         cfg = config_mod.load(args.config)
         importlib.import_module(args._module).run(cfg, args)

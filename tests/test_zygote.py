@@ -53,25 +53,32 @@ def forgeline(*args, zygotes=None, **env):
     return subprocess.run([FORGELINE, *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=300)
 
 
+# a stage that loads torch (cli.WARM), stopped early: its tasks file does not exist
+FAILING = ("difficulty", "-v", "--tasks", "/nonexistent/tasks.jsonl", "--policy", "/nonexistent/policy",
+           "--out", "/nonexistent/pool.jsonl", "--report", "/nonexistent/report.json",
+           "--episodes", "/nonexistent/episodes.jsonl")
+
+
 def test_a_command_runs_in_the_zygote_with_its_own_output_and_status(zygotes):
-    direct, served = forgeline("config-get", "seed"), forgeline("config-get", "seed", "-v", zygotes=zygotes)
+    direct, served = forgeline("evaluate", "--help"), forgeline("evaluate", "--help", zygotes=zygotes)
     assert served.returncode == direct.returncode == 0
-    assert served.stdout == direct.stdout and direct.stdout.strip()
-    assert f"running in a fork of the zygote in {zygotes}" in served.stderr
-    bad_direct, bad = forgeline("config-get", "no.such.key"), forgeline("config-get", "no.such.key", zygotes=zygotes)
-    assert bad.returncode == bad_direct.returncode != 0
-    assert [line.split(" ", 2)[2] for line in bad.stderr.splitlines()] == \
-        [line.split(" ", 2)[2] for line in bad_direct.stderr.splitlines()]  # after the time
+    assert served.stdout == direct.stdout and "--panel" in direct.stdout
+    bad_direct, bad = forgeline(*FAILING), forgeline(*FAILING, zygotes=zygotes)
+    assert bad.returncode == bad_direct.returncode == 1  # the traceback's exit, as Python's
+    assert f"running in a fork of the zygote in {zygotes}" in bad.stderr
+    assert bad.stderr.splitlines()[-1] == bad_direct.stderr.splitlines()[-1] == \
+        "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/tasks.jsonl'"
 
 
 def test_another_environment_is_refused_and_run_here(zygotes):
-    out = forgeline("config-get", "seed", "-v", zygotes=zygotes, PYTHONWARNINGS="ignore")
-    assert out.returncode == 0 and out.stdout == forgeline("config-get", "seed").stdout
+    out = forgeline(*FAILING, zygotes=zygotes, PYTHONWARNINGS="ignore")
+    assert out.returncode == 1 and out.stderr.splitlines()[-1].startswith("FileNotFoundError")
     assert "refused this command (environment differs: PYTHONWARNINGS)" in out.stderr
     assert "running in a fork of the zygote" not in out.stderr
 
 
-def test_another_thread_count_or_no_zygote_runs_here_silently(zygotes, tmp_path):
-    for out in (forgeline("config-get", "seed", "-v", zygotes=zygotes, OMP_NUM_THREADS="2"),
-                forgeline("config-get", "seed", "-v", zygotes=tmp_path)):
-        assert out.returncode == 0 and "zygote" not in out.stderr
+def test_other_commands_thread_counts_or_no_zygote_run_here_silently(zygotes, tmp_path):
+    for out in (forgeline(*FAILING, zygotes=zygotes, OMP_NUM_THREADS="2"),
+                forgeline(*FAILING, zygotes=tmp_path),
+                forgeline("config-get", "seed", "-v", zygotes=zygotes)):  # no torch: its own process
+        assert "zygote" not in out.stderr

@@ -3,8 +3,9 @@ CPU that importing torch, transformers and PEFT costs it (on 2 cores, ~30 torch 
 
 `make run` starts one zygote per torch thread count its jobs use (`start`) and stops them after
 Snakemake (`stop`); a job finds its zygote through FORGELINE_ZYGOTE (their folder) and
-OMP_NUM_THREADS (which Snakemake sets to the job's `threads`). Standard library only: every
-`forgeline` call imports this module before anything else.
+OMP_NUM_THREADS (which Snakemake sets to the job's `threads`). Standard library only (its
+message framing is the containers' pytest zygote's): every `forgeline` call imports this
+module before anything else.
 
 Zygote (`serve`): sets the thread variables Snakemake gives a job of its thread count, imports
 the third-party libraries the stages load (never forgeline's own stage code: a job reads it
@@ -24,13 +25,14 @@ variables (what it imported may have read them).
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import struct
 import sys
 import time
+
+# the framing of the containers' pytest zygote (length-prefixed JSON, the fds with the first bytes)
+from forgeline.sandbox.container.pytest_zygote import _recv, _send
 
 ENV = "FORGELINE_ZYGOTE"
 # what Snakemake sets for a job of `threads` threads (snakemake.shell)
@@ -55,37 +57,6 @@ def serving() -> bool:
 
 def socket_path(folder: str, threads: str | int) -> str:
     return os.path.join(folder, f"threads-{threads}.sock")
-
-
-def _send(sock: socket.socket, obj, fds=()) -> None:
-    data = json.dumps(obj).encode()
-    msg = struct.pack(">I", len(data)) + data
-    if fds:
-        socket.send_fds(sock, [msg], list(fds))
-    else:
-        sock.sendall(msg)
-
-
-def _recv(sock: socket.socket, with_fds: bool = False):
-    """One message (and the fds sent with its first bytes), or (None, []) at the end."""
-    if with_fds:
-        head, fds, _, _ = socket.recv_fds(sock, 4, 3)
-    else:
-        head, fds = sock.recv(4), []
-    while head and len(head) < 4:
-        more = sock.recv(4 - len(head))
-        if not more:
-            break
-        head += more
-    if len(head) < 4:
-        return None, fds
-    n, data = struct.unpack(">I", head)[0], b""
-    while len(data) < n:
-        more = sock.recv(n - len(data))
-        if not more:
-            return None, fds
-        data += more
-    return json.loads(data), fds
 
 
 def _comparable(env) -> dict:

@@ -25,7 +25,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # the per-stage times of the last measured run on a machine of this kind (bench/README.md)
 TIMINGS := bench/make_run_timings.json
 # warm processes with torch, transformers and PEFT imported, one per job thread count, that run
-# the jobs' `forgeline` commands in forks (forgeline.workflow.zygote): ~3.5 s of CPU less a job
+# the torch jobs' `forgeline` commands in forks (forgeline.workflow.zygote): ~4.6 s of CPU less a job
 ZYGOTES := $(CURDIR)/.forgeline/zygote
 
 run: setup

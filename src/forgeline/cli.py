@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from forgeline import config as config_mod
-from forgeline.workflow import zygote
+from forgeline.workflow import handover
 
 log = logging.getLogger("forgeline")
 
@@ -44,8 +44,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "report": ("forgeline.evaluation.report", "the HTML evidence page, plots and dvc-plots CSVs"),
     "publish-adapter": ("forgeline.publish.adapter", "the PPO adapter as a hub-ready repository with its model card"),
 }
-# the stages that load torch, transformers and PEFT: a zygote saves them ~3.5 s of CPU. The
-# others run in their own process (a fork of the zygote cost a generate job ~0.4 s more)
+# the stages that load torch, transformers and PEFT: a zygote saves each ~4.6 s of CPU. The
+# others run in their own process (a fork of the zygote cost a generate job ~0.5 s more)
 WARM = {"policy-init", "policy-hub", "agent-oracle", "agent-rollout", "sft", "difficulty", "critic", "ppo",
         "grpo", "evaluate"}
 TOOLS: dict[str, tuple[str, str]] = {
@@ -97,11 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if own else argv
     wanted = next((a for a in argv if not a.startswith("-")), None)
     if own and wanted in WARM:  # the process's own command: a warm zygote runs it where one serves
-        zygote.hand_over(argv)
+        handover.hand_over(argv)
     args = build_parser(wanted if wanted in (STAGES | TOOLS) else None).parse_args(argv)
     _setup_logging(args.log, args.verbose)
-    if zygote.serving():
-        log.debug("running in a fork of the zygote in %s", os.environ.get(zygote.ENV))
+    if handover.serving():
+        log.debug("running in a fork of the zygote in %s", os.environ.get(handover.ENV))
     try:
         cfg = config_mod.load(args.config)
         importlib.import_module(args._module).run(cfg, args)

@@ -1,120 +1,40 @@
-"""`forgeline COMMAND` run in a fork of a warm process (a zygote), so a job skips the ~3.5 s of
-CPU that importing torch, transformers and PEFT costs it (on 2 cores, ~30 torch jobs a run).
+"""Warm processes (zygotes) that run the torch stages' `forgeline` commands in forks, so a job
+skips the CPU that importing torch, transformers and PEFT costs it (~4.6 s a job here,
+bench/zygote_jobs.py; a run has 28 such jobs). The caller's side: forgeline.workflow.handover.
 
-`make run` starts one zygote per torch thread count its jobs use (`start`) and stops them after
-Snakemake (`stop`); a job finds its zygote through FORGELINE_ZYGOTE (their folder) and
-OMP_NUM_THREADS (which Snakemake sets to the job's `threads`). Standard library only (its
-message framing is the containers' pytest zygote's): every `forgeline` call imports this
-module before anything else.
-
-Zygote (`serve`): sets the thread variables Snakemake gives a job of its thread count, imports
-the third-party libraries the stages load (never forgeline's own stage code: a job reads it
-from disk as a fresh process would), listens on DIR/threads-N.sock, and per request forks a
-handler that forks the run, sends its pid, then its exit status (128+N for signal N). The run
-gets the request's stdin, stdout and stderr (SCM_RIGHTS), directory, umask, environment and
-argv, a session of its own, and returns to this module's `__main__`, which runs
-`forgeline.cli.main` and exits as the interpreter exits (threads joined, atexit handlers run).
-Each run is a fresh fork: nothing of one run reaches the next.
-
-Client (`hand_over`): sends the command and its context, forwards the signals it gets to the
-run's process group, and exits as the run did; the handler kills the run when the client is
-gone. It returns None (the command runs in the caller, as if no zygote were there) when no
-zygote answers, under Slurm (a job's CPU must stay in its allocation), and when the zygote
-refuses: an environment that differs from its own beyond the thread, temp-folder and shell
-variables (what it imported may have read them).
+`make run` starts one zygote per job thread count (`start DIR 1 CORES`) and stops them after
+Snakemake (`stop DIR`). A zygote (`serve`) sets the thread variables Snakemake gives a job of
+its thread count, imports the third-party libraries the stages load (never forgeline's own
+stage code: a run reads it from disk as a fresh process would), freezes what it imported out
+of the collector, listens on DIR/threads-N.sock, and per request forks a handler that forks
+the run, sends its pid, then how it ended (its exit status or its signal). The run gets the
+request's stdin, stdout and stderr, directory, umask, environment and argv, a session of its
+own, and returns to this module's `__main__`, which runs `forgeline.cli.main` and exits as the
+interpreter exits (threads joined, atexit handlers run). Each run is a fresh fork: nothing of
+one run reaches the next. The handler kills the run when its caller is gone.
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
 import time
 
-# the framing of the containers' pytest zygote (length-prefixed JSON, the fds with the first bytes)
-from forgeline.sandbox.container.pytest_zygote import _recv, _send
+from forgeline.workflow import handover
+from forgeline.workflow.handover import ENV, PER_RUN, THREAD_VARS, _recv, _send, socket_path
 
-ENV = "FORGELINE_ZYGOTE"
-# what Snakemake sets for a job of `threads` threads (snakemake.shell)
-THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-# applied to the run as they come: nothing imported reads them at import time (the shell's, the
-# temp folder's, the terminal's size)
-PER_RUN = {"PWD", "OLDPWD", "SHLVL", "_", "TMPDIR", "TMP", "TEMP", "TEMPDIR", "COLUMNS", "LINES", ENV}
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.qwen3.modeling_qwen3",
            "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto", "peft",
            "safetensors.torch", "docker", "tqdm", "yaml", "jsonschema")
 IDLE_EXIT_S = 3600.0  # a zygote nobody stopped goes away after this long without a request
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_serving = False  # True in a run: its own `forgeline` call must not hand itself over again
 _imports_set: dict[str, str] = {}  # the variables the zygote's imports set
-
-
-def serving() -> bool:
-    """Whether this process is a run of a zygote."""
-    return _serving
-
-
-def socket_path(folder: str, threads: str | int) -> str:
-    return os.path.join(folder, f"threads-{threads}.sock")
 
 
 def _comparable(env) -> dict:
     return {k: v for k, v in env.items() if k not in PER_RUN}
 
-
-# -- the client --------------------------------------------------------------------------------
-
-def hand_over(argv: list[str]) -> None:
-    """Run `forgeline argv` in the zygote and exit as it did; returns where none will run it."""
-    folder = os.environ.get(ENV)
-    if not folder or _serving or "SLURM_JOB_ID" in os.environ:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(socket_path(folder, os.environ.get("OMP_NUM_THREADS", "default")))
-        umask = os.umask(0)
-        os.umask(umask)
-        _send(sock, {"argv": [sys.argv[0], *argv], "cwd": os.getcwd(), "env": dict(os.environ),
-                     "umask": umask}, fds=(0, 1, 2))
-        answer, _ = _recv(sock)
-    except OSError:
-        answer = None
-    if answer is None or "pid" not in answer:
-        if answer and answer.get("refused"):
-            print(f"forgeline: the zygote in {folder} refused this command ({answer['refused']}); "
-                  f"running it here", file=sys.stderr)
-        sock.close()
-        return None
-    run = answer["pid"]
-
-    def forward(signum, frame):
-        try:
-            os.killpg(run, signum)
-        except OSError:
-            pass
-
-    for sig in SIGNALS:
-        signal.signal(sig, forward)
-    while True:  # the run has started: from here on this process ends as it ends
-        try:
-            answer, _ = _recv(sock)
-            break
-        except InterruptedError:
-            continue
-        except OSError:
-            answer = None
-            break
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if answer is not None and answer.get("signal"):  # end as the run ended: by its signal
-        if answer["signal"] != signal.SIGKILL:
-            signal.signal(answer["signal"], signal.SIG_DFL)
-        os.kill(os.getpid(), answer["signal"])
-    os._exit(1 if answer is None else int(answer["exit"]))
-
-
-# -- the zygote --------------------------------------------------------------------------------
 
 def _handle(conn: socket.socket, own_env: dict):
     """In the handler (a fork per request): refuse, or fork the run and report on it. Returns
@@ -136,7 +56,6 @@ def _handle(conn: socket.socket, own_env: dict):
         os.close(fd)
     _send(conn, {"pid": run})
     pidfd = os.pidfd_open(run)
-    import select
     while True:
         ready, _, _ = select.select([pidfd, conn], [], [])
         if pidfd in ready:
@@ -158,7 +77,6 @@ def _handle(conn: socket.socket, own_env: dict):
 
 def serve(folder: str, threads: int):
     """Preload, listen, and fork per request; returns (request, fds) in a run."""
-    global _serving
     os.environ.setdefault("TZ", "UTC")  # as forgeline.cli sets it, before anything is imported
     for name in THREAD_VARS:
         os.environ[name] = str(threads)
@@ -202,7 +120,7 @@ def serve(folder: str, threads: int):
         conn.settimeout(None)
         if os.fork() == 0:
             listener.close()
-            _serving = True
+            handover.mark_serving()
             return _handle(conn, own_env)
         conn.close()
     listener.close()

@@ -27,10 +27,6 @@ TIMINGS := bench/make_run_timings.json
 # warm processes with torch, transformers and PEFT imported, one per job thread count, that run
 # the torch jobs' `forgeline` commands in forks (forgeline.workflow.zygote): ~4.6 s of CPU less a job
 ZYGOTES := $(CURDIR)/.forgeline/zygote
-# tcmalloc under Snakemake, its jobs and the zygotes where it is installed (Debian's
-# libtcmalloc-minimal4; `make setup` installs it as root): SFT's steps ~20% and PPO ~11% faster
-# than on glibc's malloc, the same weights (bench/allocator.py)
-TCMALLOC := libtcmalloc_minimal.so.4
 
 run: setup
 	@backend=$$($(BIN)/forgeline config-get sandbox.backend --config params.yaml \
@@ -38,8 +34,6 @@ run: setup
 	  if [ "$$backend" = docker ]; then bash scripts/services.sh start docker; fi
 	@$(if $(CONFIG),,$(BIN)/forgeline timings --expected --reference $(TIMINGS))
 	@start=$$(date +%s); cpu=$$(head -1 /proc/stat 2>/dev/null); \
-	  tc=$$(ls /usr/lib/*/$(TCMALLOC) 2>/dev/null | head -1); \
-	  if [ -n "$$tc" ]; then export LD_PRELOAD="$$tc$${LD_PRELOAD:+ $$LD_PRELOAD}"; fi; \
 	  zygotes=$(ZYGOTES); trap '$(BIN)/python -m forgeline.workflow.zygote stop '$$zygotes EXIT; \
 	  $(BIN)/python -m forgeline.workflow.zygote start $$zygotes 1 $(CORES); \
 	  FORGELINE_ZYGOTE=$$zygotes $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)); rc=$$?; \
@@ -51,8 +45,7 @@ test: setup
 
 setup: system $(STAMP)
 
-# git (patches, code version) and util-linux (unshare) are what every stage needs, tcmalloc
-# what `make run` preloads (optional: without it the jobs use glibc's malloc); the Docker
+# git (patches, code version) and util-linux (unshare) are what every stage needs; the Docker
 # engine, the registry and Slurm are installed and started by scripts/services.sh and
 # scripts/slurm.sh (`make run` starts docker when the merged config selects the docker backend).
 system:
@@ -60,11 +53,6 @@ system:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq --no-install-recommends git util-linux; \
 	  else echo "install git and util-linux (unshare), e.g. sudo apt-get install git util-linux"; exit 1; fi; }
-	@ls /usr/lib/*/$(TCMALLOC) >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    libtcmalloc-minimal4 >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4; } || echo "note: no tcmalloc"; \
-	  else echo "note: without tcmalloc (sudo apt-get install libtcmalloc-minimal4) SFT and PPO run slower"; fi; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -209,6 +209,49 @@ def test_commands_go_through_init_as_docker_exec_ran_them(sandbox, env):
         assert not s.container.attrs.get("ExecIDs")
 
 
+def busy(cpu_s: float) -> str:
+    """A command that computes for `cpu_s` seconds of its own CPU time, then says done."""
+    return "python3 -c " + shlex.quote(f"import time\nt = time.process_time()\n"
+                                       f"while time.process_time() - t < {cpu_s}:\n    pass\nprint('done')")
+
+
+@pytest.mark.docker
+def test_a_limit_in_cpu_time_is_the_same_on_a_busy_machine(docker_client, env):
+    """With cpu_time, timeout_s counts the container's CPU seconds: in a container held to a
+    quarter of a core, 0.4 s of CPU (~1.6 s of wall time) finish within a 1 s limit that wall
+    time cuts."""
+    from forgeline.sandbox.docker import DockerSandbox
+    sb = DockerSandbox(client=docker_client, scratch_mb=64, warm=0, cpus=0.25)
+    try:
+        with sb.session(env) as s:
+            assert s._cpu() is not None, "this host cannot read the container's cgroup"
+            slow = s.exec(busy(0.4), 1.0, cpu_time=True)
+            assert (slow.exit_code, slow.output, slow.timed_out) == (0, "done\n", False)
+            assert slow.duration_s > 1.0
+            cut = s.exec(busy(0.4), 1.0)
+            assert cut.timed_out and cut.exit_code == -9
+    finally:
+        sb.shutdown()
+
+
+@pytest.mark.docker
+def test_a_limit_in_cpu_time_stops_a_loop_at_it_and_one_that_waits_later(sandbox, env):
+    """A loop is stopped once the container has used its limit of CPU (the session goes on); a
+    command that sleeps past its limit finishes, one that sleeps on is stopped at 4x in wall time."""
+    from forgeline.sandbox.base import WALL_BACKSTOP
+    with sandbox.session(env) as s:
+        clock = s._cpu()
+        before = clock()
+        loop = s.exec("while :; do :; done", 0.5, cpu_time=True)
+        assert loop.timed_out and loop.exit_code == -9 and loop.duration_s < 0.5 * WALL_BACKSTOP
+        assert 0.5 <= clock() - before < 1.0
+        assert s.exec("echo alive", 5, cpu_time=True).output == "alive\n"
+        waits = s.exec("sleep 30", 0.5, cpu_time=True)
+        assert waits.timed_out and waits.exit_code == -9 and waits.duration_s >= 0.5 * WALL_BACKSTOP
+        slept = s.exec("sleep 1; echo slept", 0.5, cpu_time=True)
+        assert (slept.output, slept.timed_out) == ("slept\n", False)
+
+
 # one line per process of the container; the patterns' [.] keeps the grep from matching itself
 PROCESSES = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
 ZYGOTES = PROCESSES + " | grep -c 'pytest_zygote[.]py --serve'"

@@ -116,3 +116,26 @@ def test_the_image_and_the_process_backend_agree(docker_client, base_image, tmp_
     finally:
         docker.close()
         docker_client.images.remove(record["image_id"], force=True)
+
+
+def busy(cpu_s: float) -> str:
+    """A command that computes for `cpu_s` seconds of its own CPU time, then says done."""
+    return python(f"import time\nt = time.process_time()\nwhile time.process_time() - t < {cpu_s}:\n    pass\n"
+                  "print('done')")
+
+
+def test_a_limit_in_cpu_time_counts_the_commands_cpu_not_the_clock(tmp_path):
+    """With cpu_time, a command that waits is not cut at its limit (only at 4x in wall time), a
+    loop is cut at its limit of CPU, and the CPU of what the command started counts."""
+    from forgeline.sandbox.base import WALL_BACKSTOP
+    from forgeline.sandbox.process import run_shell
+    slept = run_shell("sleep 1; echo slept", tmp_path, 0.5, cpu_time=True)
+    assert (slept.exit_code, slept.output, slept.timed_out) == (0, "slept\n", False)
+    assert run_shell("sleep 1; echo slept", tmp_path, 0.5).timed_out  # the same in wall time
+    waits = run_shell("sleep 30", tmp_path, 0.5, cpu_time=True)
+    assert waits.timed_out and waits.exit_code == -9 and 0.5 * WALL_BACKSTOP <= waits.duration_s < 5
+    # the loop runs in a child of a child of bash: its CPU is the command's all the same
+    loop = run_shell(f"bash -c {shlex.quote(busy(30) + '; true')}", tmp_path, 0.5, cpu_time=True)
+    assert loop.timed_out and loop.exit_code == -9 and 0.5 <= loop.duration_s < 0.5 * WALL_BACKSTOP
+    done = run_shell(busy(0.2), tmp_path, 1.0, cpu_time=True)
+    assert (done.exit_code, done.output, done.timed_out) == (0, "done\n", False)

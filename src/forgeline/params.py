@@ -493,7 +493,7 @@ class AgentConfig:
     context_limit: int = spec(ge=64)
     """prompt + max_new_tokens must fit (lowered to the model's context)"""
     command_timeout_s: float = spec(gt=0)
-    """wall-time limit of one bash/edit command, seconds"""
+    """CPU-time limit of one bash/edit command, seconds of its container's CPU (4x in wall time)"""
     wall_time_s: float = spec(gt=0)
     """wall-time limit of an episode, seconds (-> outcome timeout)"""
     max_tool_output_chars: int = spec(ge=64)

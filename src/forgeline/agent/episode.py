@@ -214,7 +214,7 @@ class Episode:
         timeout = float(c.command_timeout_s)
         if call.name == "bash":
             command = call.arguments["command"]
-            res = self.session.exec(command, timeout)
+            res = self.session.exec(command, timeout, cpu_time=True)
             body = normalize_pytest(res.output) if c.normalize_pytest else res.output
             head = f"exit code: {res.exit_code}" + (f" (timed out after {timeout:g} s)" if res.timed_out else "")
             text = truncate(f"{head}\n{body}" if body else head, int(c.max_tool_output_chars))
@@ -224,7 +224,8 @@ class Episode:
                     "chars": len(res.output), "error": looks_like_error(res.output), "f2p_passing": f2p}
         if call.name == "edit":
             a = call.arguments
-            res = self.session.exec(edit_command(a["path"], a["old"], a["new"], a.get("line")), timeout)
+            res = self.session.exec(edit_command(a["path"], a["old"], a["new"], a.get("line")), timeout,
+                                    cpu_time=True)
             out = res.output.strip()
             ok = res.exit_code == 0 and not res.timed_out
             if not out:

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+# A command limited in CPU time (Session.exec's cpu_time) has its CPU time read this often, and
+# is stopped at WALL_BACKSTOP times its limit in wall time all the same (a command that waits).
+CPU_POLL_S = 0.1
+WALL_BACKSTOP = 4
+
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the code under test)."""
@@ -62,7 +67,12 @@ class Session(abc.ABC):
     """A live environment: the repo with patches applied, where commands run."""
 
     @abc.abstractmethod
-    def exec(self, command: str, timeout_s: float) -> ExecResult: ...
+    def exec(self, command: str, timeout_s: float, cpu_time: bool = False) -> ExecResult:
+        """Run `command` (bash, in the repository); past `timeout_s` seconds it is stopped with
+        everything it started (exit code -9, timed_out). With `cpu_time` those are seconds of the
+        CPU time the command and what it started use, so a busy machine does not stop a command
+        that an idle one would let finish; a command that waits is stopped at a few times
+        `timeout_s` of wall time all the same."""
 
     @abc.abstractmethod
     def diff(self) -> str:

@@ -47,7 +47,8 @@ import uuid
 import weakref
 from typing import Sequence
 
-from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
+from forgeline.sandbox.base import (CPU_POLL_S, WALL_BACKSTOP, ExecResult, PatchError, Sandbox, SandboxError,
+                                    Session, TaskEnv, TestRun)
 from forgeline.sandbox.grading import parse_results, pytest_shell
 from forgeline.sandbox.engine import connect
 
@@ -243,6 +244,39 @@ if len(sys.argv) > 2:
     os.execvp("bash", ["bash", "-c", sys.argv[2]])
 """
 
+# Where an engine on this host keeps a container's CPU time: cgroup v1's cpuacct.usage
+# (nanoseconds) or v2's cpu.stat (usage_usec), under the cgroupfs and the systemd cgroup driver.
+CGROUP_CPU_FILES = ("/sys/fs/cgroup/cpuacct/docker/{id}/cpuacct.usage",
+                    "/sys/fs/cgroup/cpu,cpuacct/docker/{id}/cpuacct.usage",
+                    "/sys/fs/cgroup/cpuacct/system.slice/docker-{id}.scope/cpuacct.usage",
+                    "/sys/fs/cgroup/docker/{id}/cpu.stat",
+                    "/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat")
+_cpu_warned = False
+
+
+def container_cpu_clock(container_id: str):
+    """A function that returns the container's CPU seconds so far (every process in it), or None
+    where this host cannot read them (an engine elsewhere, another cgroup layout)."""
+    for pattern in CGROUP_CPU_FILES:
+        path = pattern.format(id=container_id)
+        if os.path.exists(path):
+            break
+    else:
+        return None
+    if path.endswith("cpu.stat"):
+        def clock() -> float:
+            with open(path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"usage_usec "):
+                        return int(line.split()[1]) / 1e6
+            raise OSError(f"{path} has no usage_usec")
+    else:
+        def clock() -> float:
+            with open(path, "rb") as f:
+                return int(f.read()) / 1e9
+    return clock
+
+
 # -- cleanup of whatever is still alive ----------------------------------------------------
 
 _lock = threading.Lock()
@@ -402,6 +436,7 @@ class DockerSession(Session):
         self._sandbox, self.env, self.container = sandbox, env, None
         self.id = uuid.uuid4().hex
         self._lost, self._channel, self._busy = False, None, threading.Lock()
+        self._cpu_clock = False  # looked up at the first command limited in CPU time
         if not env.image:
             raise SandboxError(f"{env.repo}: the task environment names no image")
         opt = sandbox.options
@@ -475,19 +510,29 @@ class DockerSession(Session):
 
     def _run(self, cmd: list[str], timeout_s: float, stdin: bytes | None = None, user: str = USER,
              environment: dict | None = None, limit: int | None = None,
-             errors: str = "replace") -> ExecResult:
-        """Run `cmd` in the container (through INIT); past `timeout_s`, kill every process but INIT."""
+             errors: str = "replace", cpu_time: bool = False) -> ExecResult:
+        """Run `cmd` in the container (through INIT); past `timeout_s`, kill every process but INIT.
+        With `cpu_time`, `timeout_s` counts the container's CPU seconds (what the command needs,
+        however busy the machine is), and WALL_BACKSTOP x `timeout_s` of wall time still stops a
+        command that waits; where the CPU time cannot be read, `timeout_s` is wall time."""
         if self._lost or self.container is None or self._channel is None:
             raise SandboxError(f"session {self.id[:8]} of {self.env.repo} is closed or lost")
         out = _Output(limit or self._sandbox.options["output_limit"])
         code, timed_out, stopped = None, False, True
+        clock = self._cpu() if cpu_time else None
         with self._busy:
             t0 = time.monotonic()
             try:
+                start = clock() if clock else 0.0
                 self._channel.send(cmd, user, environment, stdin)
-                deadline = t0 + timeout_s
+                deadline = t0 + timeout_s * (WALL_BACKSTOP if clock else 1)
                 while code is None or not stopped:
-                    answer = self._channel.receive(deadline)
+                    if clock and not timed_out:
+                        answer = self._channel.receive(min(deadline, time.monotonic() + CPU_POLL_S))
+                        if answer is None and time.monotonic() < deadline and clock() - start < timeout_s:
+                            continue
+                    else:
+                        answer = self._channel.receive(deadline)
                     if answer is None:
                         if timed_out:  # INIT could not help: the container is lost, kill it whole
                             self._lost = True
@@ -516,6 +561,18 @@ class DockerSession(Session):
             code = -1
         return ExecResult(code, out.text(errors), timed_out, duration)
 
+    def _cpu(self):
+        """The container's CPU clock (container_cpu_clock), looked up once; None: wall time."""
+        global _cpu_warned
+        if self._cpu_clock is False:
+            self._cpu_clock = container_cpu_clock(self.container.id)
+            if self._cpu_clock is None and not _cpu_warned:
+                _cpu_warned = True
+                log.warning("cannot read the CPU time of container %s on this host (none of %s): "
+                            "command limits count wall time", self.container.id[:12],
+                            ", ".join(p.format(id="ID") for p in CGROUP_CPU_FILES))
+        return self._cpu_clock
+
     def _kill_all(self) -> None:
         try:
             self.container.kill(signal="SIGUSR1")  # INIT: kill(-1, SIGKILL)
@@ -531,10 +588,11 @@ class DockerSession(Session):
 
     # -- the Session interface --
 
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
+    def exec(self, command: str, timeout_s: float, cpu_time: bool = False) -> ExecResult:
         """Run `command` with bash in /testbed as the sandbox user. Whatever the command does, the
-        answer is an ExecResult; exit code -9 and timed_out=True when it ran past `timeout_s`."""
-        res = self._run(["bash", "-c", command], timeout_s)
+        answer is an ExecResult; exit code -9 and timed_out=True when it ran past `timeout_s`
+        (with `cpu_time`: of the container's CPU time, see _run)."""
+        res = self._run(["bash", "-c", command], timeout_s, cpu_time=cpu_time)
         # killed by a signal: was it the whole container? (one API call, only in this case)
         if (res.exit_code < 0 or res.exit_code >= 128) and not self._running():
             self._lost = True  # only an engine fault gets here: task code cannot stop INIT

@@ -24,7 +24,8 @@ from typing import Any, Mapping, Sequence
 from forgeline.params import BaseImageConfig
 from forgeline.provenance import fault_point, owned_tempdir, sweep_temp_dirs
 from forgeline.sandbox import images
-from forgeline.sandbox.base import ExecResult, PatchError, Sandbox, SandboxError, Session, TaskEnv, TestRun
+from forgeline.sandbox.base import (CPU_POLL_S, WALL_BACKSTOP, ExecResult, PatchError, Sandbox, SandboxError,
+                                    Session, TaskEnv, TestRun)
 from forgeline.sandbox.grading import parse_results, pytest_shell
 from forgeline.sandbox.snapshot import SRC_DIR, src_layout
 
@@ -82,23 +83,49 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
 
 
+def session_cpu_s(sid: int) -> float:
+    """CPU seconds of the processes in session `sid` so far, with those of the children they
+    have waited for (what /proc shows: a child nobody waited for yet is not counted)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()  # from field 3 (state) on
+        if int(fields[3]) == sid:
+            total += sum(map(int, fields[11:15]))  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run_shell(command: str, cwd: Path, timeout_s: float, prefix: Sequence[str] = (),
-              python_path: Sequence[Path] = ()) -> ExecResult:
+              python_path: Sequence[Path] = (), cpu_time: bool = False) -> ExecResult:
     """Run `command` with bash in its own process group, with an allow-listed environment
     (HOME is the folder above `cwd`; PYTHONPATH `python_path` when not empty); kill the whole
-    group on timeout."""
+    group on timeout. With `cpu_time`, `timeout_s` counts the CPU seconds of the command's
+    session, and WALL_BACKSTOP x `timeout_s` of wall time still stops one that waits (as the
+    docker backend does with its container's)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([*prefix, "bash", "-c", command], cwd=cwd,
                             env=_clean_env(cwd.parent, python_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=_limit_memory)
     timed_out = False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+    deadline = t0 + timeout_s * (WALL_BACKSTOP if cpu_time else 1)
+    while True:
+        try:
+            wait = deadline - time.perf_counter()
+            out, _ = proc.communicate(timeout=min(wait, CPU_POLL_S) if cpu_time else max(wait, 0))
+            break
+        except subprocess.TimeoutExpired:
+            if not cpu_time or time.perf_counter() >= deadline or session_cpu_s(proc.pid) >= timeout_s:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                break
     text = out.decode("utf-8", errors="replace")
     if len(text) > OUTPUT_LIMIT:
         text = text[: OUTPUT_LIMIT // 2] + "\n[... output truncated ...]\n" + text[-OUTPUT_LIMIT // 2:]
@@ -144,8 +171,8 @@ class ProcessSession(Session):
             raise
         fault_point("sandbox.ready", env.repo)
 
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
-        return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix, self.python_path)
+    def exec(self, command: str, timeout_s: float, cpu_time: bool = False) -> ExecResult:
+        return run_shell(command, self.workdir, timeout_s, self._sandbox.prefix, self.python_path, cpu_time)
 
     def diff(self) -> str:
         subprocess.run(["git", "add", "-A"], cwd=self.workdir, check=True)

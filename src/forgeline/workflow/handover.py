@@ -37,6 +37,7 @@ def serving() -> bool:
 
 
 def mark_serving() -> None:
+    """Called in a zygote's run before it calls forgeline.cli.main: run here, never hand over."""
     global _serving
     _serving = True
 

@@ -341,6 +341,8 @@ HOSTILE = {
                     {"output": "No space left on device"}),
     "network": ("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\"",
                 {"output": "Network is unreachable"}),
+    # a network namespace of its own (NetworkDisabled): loopback and nothing else to reach out by
+    "interfaces": ("echo with $(ls /sys/class/net) only", {"output": "with lo only"}),
     "kill_init": ("kill -9 1; kill -USR1 1; echo still-here", {"output": "still-here"}),
     "kill_everything": ("sleep 600 & sleep 600 & kill -9 -1; wait; echo survived",
                         {"output": "survived"}),

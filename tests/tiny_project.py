@@ -96,6 +96,7 @@ def make_project(dest: Path) -> Path:
     params["evaluation"].update(panels={"test": ["results/split/test.jsonl"],
                                         "heldout": ["results/validated/epsilon.jsonl"]}, threads=2)
     params["evaluation"]["policies"].pop("ppo-parent")
+    params["evaluation"]["policies"]["grpo"].pop("panels", None)  # the tiny panels have no train: all of them
     params["evaluation"]["policies"].update({
         "ppo-1": {"path": "results/adapter", "step": 1, "base": "results/policy/sft", "panels": ["test"]},
         "ppo-more": {"path": "results/warm/ppo-more", "base": "results/policy/sft", "panels": ["test"]}})

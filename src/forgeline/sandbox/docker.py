@@ -1,6 +1,6 @@
 """The docker backend: each session is a fresh, locked-down container from the repo's image.
 
-A container gets no network (a network namespace of its own with loopback only), a memory, CPU and process-count limit, a
+A container gets no network (loopback only), a memory, CPU and process-count limit, a
 read-only root file system and size-limited tmpfs mounts for the only writable places (/testbed,
 /tmp, $HOME), so a fork bomb, a memory hog or a disk filler hits a limit of its own container and
 nothing else. Task code runs as the user `forgeline` with no capabilities (no-new-privileges).

@@ -91,7 +91,7 @@ def main() -> int:
         sandbox.run_tests(env, [], None, 30)
         sandbox.close()  # the background removal on the clock too
 
-    def netns_of_a_session() -> str:
+    def interfaces_of_a_session() -> list[str]:
         s = sandbox.session(env)
         try:
             return s.exec("ls /sys/class/net", 5).output.split()
@@ -103,7 +103,7 @@ def main() -> int:
     for repeat in range(args.repeats):
         for way, disabled in ways.items():
             current["disabled"] = disabled
-            interfaces[way] = netns_of_a_session()
+            interfaces[way] = interfaces_of_a_session()
             for what, fn in (("bare", bare), ("session", session), ("graded run", graded)):
                 results[way][what].append(timed(fn, args.n))
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)

@@ -750,6 +750,10 @@ def test_policy_init_stage_writes_loadable_deterministic_folder(tmp_path):
     assert "copy_state.pt" in first and "copy_state.pt" not in a
     assert json.loads(first["manifest.json"])["notes"]["corpus"] == manifest["notes"]["corpus"]
     assert json.loads(first["manifest.json"])["notes"]["copy_phases_left"] == ["recall", "match"]
+    # its manifest names the params that made it, not the later phases' (the next job's to record)
+    made_with = json.loads(first["manifest.json"])["params"]
+    assert set(made_with) == {"tokenizer", "model", "copy", "threads"} and made_with["copy"]["repeat"]["steps"] == 3
+    assert not {"recall", "match", "threads"} & set(made_with["copy"])
     resumed = init("init", phases=["recall", "match"], resume="repeat")
     assert {k: v for k, v in resumed.items() if k != "manifest.json"} == \
         {k: v for k, v in a.items() if k != "manifest.json"}

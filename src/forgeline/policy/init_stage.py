@@ -111,6 +111,8 @@ def run(cfg, args: argparse.Namespace) -> None:
                  ", ".join(phases), curve[-1]["step"], curve[-1]["loss"], math.log(len(ids)),
                  100 * curve[-1]["copy_accuracy"])
     later = copy_pretrain.PHASES[copy_pretrain.PHASES.index(phases[-1]) + 1:]
+    if later:  # a folder the next job goes on from: its manifest names only the params that made it
+        manifest.params = {**_shaping(manifest.params), "threads": manifest.params.get("threads")}
 
     with atomic_dir(out, owned=(MANIFEST_NAME, "config.json")) as tmp:
         with manifest.timed("save"):

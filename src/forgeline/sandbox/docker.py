@@ -746,10 +746,12 @@ class DockerSandbox(Sandbox):
                        found.messages, found.collection_errors)
 
     def close(self) -> None:
-        """Remove the warm spares and wait for background removals. The sandbox stays usable."""
+        """Remove the warm spares and wait for background removals. The sandbox stays usable,
+        and a later caller starts without the counts an earlier one `expect`ed."""
         with self._spare_lock:
             futures = [f for fs in self._spares.values() for f in fs]
             self._spares.clear()
+            self._expected.clear()
         for f in futures:
             try:
                 f.result().close()

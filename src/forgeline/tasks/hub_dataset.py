@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from forgeline.policy import hub
-from forgeline.policy.hub import HubError, RevisionError, verify_lfs_blobs  # noqa: F401  (HubError: what callers catch from here)
+from forgeline.policy.hub import HubError, RevisionError, verify_lfs_blobs
 from forgeline.tasks.ingest import PARQUET_SUFFIX, SourceRead, read_parquet
 
 REPO_TYPE = "dataset"
@@ -102,5 +102,5 @@ def hub_reads(snapshot: str | os.PathLike, files: list[str], repo_id: str, revis
             left -= read.rows
 
 
-__all__ = ["DEFAULT_PATTERNS", "check_revision", "hub_reads", "parquet_files", "resolve_dataset",
-           "source_name"]
+__all__ = ["DEFAULT_PATTERNS", "HubError", "check_revision", "hub_reads", "parquet_files",
+           "resolve_dataset", "source_name"]

@@ -83,7 +83,7 @@ def _comparable(env):
 
 # -- the client --------------------------------------------------------------------------------
 
-def _connect(path, lock_path, args):
+def _connect(path, lock_path):
     """A connection to the zygote, started first if none answers; None when none will."""
     def attempt():
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -125,7 +125,7 @@ def client(args):
     """Run `args` in the zygote and exit as the run did; None where it will not serve them."""
     uid = os.getuid()
     path = "/tmp/.forgeline-pytest-%d.sock" % uid
-    sock = _connect(path, path + ".lock", args)
+    sock = _connect(path, path + ".lock")
     if sock is None:
         return None
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS if hasattr(resource, name)}

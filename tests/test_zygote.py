@@ -82,3 +82,65 @@ def test_other_commands_thread_counts_or_no_zygote_run_here_silently(zygotes, tm
                 forgeline(*FAILING, zygotes=tmp_path),
                 forgeline("config-get", "seed", "-v", zygotes=zygotes)):  # no torch: its own process
         assert "zygote" not in out.stderr
+
+
+def _run_of(zygote_pid: int) -> int | None:
+    """The pid of the zygote's run (the child of a handler, itself the zygote's child)."""
+    def children(pid):
+        out = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+        return out
+    for handler in children(zygote_pid):
+        for run in children(handler):
+            return run
+    return None
+
+
+def test_the_run_has_the_callers_resource_limits_and_a_higher_one_is_refused(zygotes, tmp_path):
+    import resource
+    fifo = tmp_path / "tasks.jsonl"
+    os.mkfifo(fifo)  # the run blocks opening it: its limits can be read meanwhile
+    cmd = [FORGELINE, *FAILING]
+    cmd[cmd.index("/nonexistent/tasks.jsonl")] = str(fifo)
+    env = dict(ENVIRONMENT, **{name: "1" for name in zygote.THREAD_VARS}, **{zygote.ENV: str(zygotes)})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = (min(soft, 4096) - 3, min(hard, 4096) - 1)
+
+    def lower():
+        resource.setrlimit(resource.RLIMIT_NOFILE, wanted)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, preexec_fn=lower, stderr=subprocess.PIPE, text=True)
+    zygote_pid = int((zygotes / "threads-1.pid").read_text())
+    try:
+        deadline = time.monotonic() + 60
+        while (run := _run_of(zygote_pid)) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, "no run in the zygote"
+            time.sleep(0.05)
+        limits = Path(f"/proc/{run}/limits").read_text()
+        assert f"Max open files            {wanted[0]:<21}{wanted[1]:<21}files" in limits, limits
+        assert "Max core file size        0                    0                    bytes" in limits
+        with open(fifo, "w"):  # an empty task file: the stage stops on it, as it would alone
+            pass
+        assert proc.wait(timeout=120) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"running in a fork of the zygote in {zygotes}" in proc.stderr.read()
+
+
+def test_a_limit_the_zygote_cannot_take_is_refused(zygotes):
+    """A request (the handover's own message) whose open-files limit is above what the kernel
+    allows any process (fs.nr_open): the zygote answers that it refuses, and forks no run."""
+    import socket
+    from forgeline.workflow import handover
+    too_many = int(Path("/proc/sys/fs/nr_open").read_text()) + 1
+    limits = dict(handover.rlimits(), RLIMIT_NOFILE=[too_many, too_many])
+    env = {"TZ": "UTC", **ENVIRONMENT, **{name: "1" for name in zygote.THREAD_VARS}}  # as cli sends it
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(zygote.socket_path(str(zygotes), 1))
+        handover._send(sock, {"argv": [FORGELINE, *FAILING], "cwd": str(ROOT), "env": env,
+                              "umask": 0o022, "rlimits": limits}, fds=(0, 1, 2))
+        answer, _ = handover._recv(sock)
+    assert answer == {"refused": "cannot take the caller's RLIMIT_NOFILE"}

@@ -3,16 +3,18 @@ warm process that has torch, transformers and PEFT imported, where one serves.
 
 A job finds its zygote through FORGELINE_ZYGOTE (their folder) and OMP_NUM_THREADS (which
 Snakemake sets to the job's `threads`). `hand_over` sends the command, its working folder,
-environment, umask and stdin/stdout/stderr (SCM_RIGHTS), forwards the signals it gets to the
-run's process group, and exits as the run did. It returns (the command runs in the caller, as
-if no zygote were there) when no zygote answers, under Slurm (a job's CPU must stay in its
-allocation), in a run of a zygote, and when the zygote refuses: an environment that differs
-from its own beyond `PER_RUN`. No third-party import (the message framing is the containers'
-pytest zygote's): `forgeline.cli` imports this module before anything heavy.
+environment, umask, resource limits and stdin/stdout/stderr (SCM_RIGHTS), forwards the signals
+it gets to the run's process group, and exits as the run did. It returns (the command runs in
+the caller, as if no zygote were there) when no zygote answers, under Slurm (a job's CPU must
+stay in its allocation), in a run of a zygote, and when the zygote refuses: an environment that
+differs from its own beyond `PER_RUN`, or a resource limit it may not raise to the caller's.
+No third-party import (the message framing is the containers' pytest zygote's):
+`forgeline.cli` imports this module before anything heavy.
 """
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import sys
@@ -28,6 +30,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 # temp folder's, the terminal's size)
 PER_RUN = {"PWD", "OLDPWD", "SHLVL", "_", "TMPDIR", "TMP", "TEMP", "TEMPDIR", "COLUMNS", "LINES", ENV}
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# every resource limit this platform has, by name (RLIMIT_OFILE is RLIMIT_NOFILE under another)
+RLIMITS = {getattr(resource, n): n for n in sorted(dir(resource), reverse=True) if n.startswith("RLIMIT_")}
 _serving = False  # True in a run: its own `forgeline` call must not hand itself over again
 
 
@@ -40,6 +44,11 @@ def mark_serving() -> None:
     """Called in a zygote's run before it calls forgeline.cli.main: run here, never hand over."""
     global _serving
     _serving = True
+
+
+def rlimits() -> dict[str, list[int]]:
+    """This process's resource limits, {name: [soft, hard]}."""
+    return {name: list(resource.getrlimit(which)) for which, name in sorted(RLIMITS.items())}
 
 
 def socket_path(folder: str, threads: str | int) -> str:
@@ -57,7 +66,7 @@ def hand_over(argv: list[str]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         _send(sock, {"argv": [sys.argv[0], *argv], "cwd": os.getcwd(), "env": dict(os.environ),
-                     "umask": umask}, fds=(0, 1, 2))
+                     "umask": umask, "rlimits": rlimits()}, fds=(0, 1, 2))
         answer, _ = _recv(sock)
     except OSError:
         answer = None

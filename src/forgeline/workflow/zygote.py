@@ -8,14 +8,15 @@ its thread count, imports the third-party libraries the stages load (never forge
 stage code: a run reads it from disk as a fresh process would), freezes what it imported out
 of the collector, listens on DIR/threads-N.sock, and per request forks a handler that forks
 the run, sends its pid, then how it ended (its exit status or its signal). The run gets the
-request's stdin, stdout and stderr, directory, umask, environment and argv, a session of its
-own, and returns to this module's `__main__`, which runs `forgeline.cli.main` and exits as the
+request's stdin, stdout and stderr, directory, umask, environment, resource limits and argv, a
+session of its own, and returns to this module's `__main__`, which runs `forgeline.cli.main` and exits as the
 interpreter exits (threads joined, atexit handlers run). Each run is a fresh fork: nothing of
 one run reaches the next. The handler kills the run when its caller is gone.
 """
 from __future__ import annotations
 
 import os
+import resource
 import select
 import signal
 import socket
@@ -23,7 +24,7 @@ import sys
 import time
 
 from forgeline.workflow import handover
-from forgeline.workflow.handover import ENV, PER_RUN, THREAD_VARS, _recv, _send, socket_path
+from forgeline.workflow.handover import ENV, PER_RUN, RLIMITS, THREAD_VARS, _recv, _send, socket_path
 
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.qwen3.modeling_qwen3",
            "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto", "peft",
@@ -36,6 +37,22 @@ def _comparable(env) -> dict:
     return {k: v for k, v in env.items() if k not in PER_RUN}
 
 
+def _take_rlimits(limits: dict) -> list[str]:
+    """Give this handler (and so the run it forks) the caller's resource limits; the names of
+    those it may not take (a hard limit above its own, without the privilege to raise it)."""
+    unfit = []
+    for which, name in RLIMITS.items():
+        if name not in limits:
+            continue
+        want = tuple(limits[name])
+        if resource.getrlimit(which) != want:
+            try:
+                resource.setrlimit(which, want)
+            except (ValueError, OSError):
+                unfit.append(name)
+    return unfit
+
+
 def _handle(conn: socket.socket, own_env: dict):
     """In the handler (a fork per request): refuse, or fork the run and report on it. Returns
     the request in the run; never returns in the handler."""
@@ -46,6 +63,10 @@ def _handle(conn: socket.socket, own_env: dict):
     if diff:
         names = sorted({k for k, _ in diff})
         _send(conn, {"refused": f"environment differs: {', '.join(names[:5])}"})
+        os._exit(0)
+    unfit = _take_rlimits(req.get("rlimits", {}))
+    if unfit:
+        _send(conn, {"refused": f"cannot take the caller's {', '.join(unfit)}"})
         os._exit(0)
     run = os.fork()
     if run == 0:

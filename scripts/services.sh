@@ -8,6 +8,8 @@
 # on 127.0.0.1:5000 only, the S3 store (moto's server, the DVC remote of the tests) on
 # 127.0.0.1:9000 only.
 set -euo pipefail
+# the daemons and runuser live in sbin, which the PATH of a non-login or CI shell may lack
+case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" ;; esac
 
 STATE_DIR=${FORGELINE_SERVICES_DIR:-/tmp/forgeline-services}
 DOCKER_SOCK=/var/run/docker.sock

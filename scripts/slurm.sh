@@ -24,6 +24,8 @@
 # - A controller this script starts forgets the jobs an earlier one saved (slurmctld -c): they
 #   would hold the node as ghosts until their time limit.
 set -euo pipefail
+# the daemons and runuser live in sbin, which the PATH of a non-login or CI shell may lack
+case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" ;; esac
 
 STATE_DIR=${FORGELINE_SERVICES_DIR:-/tmp/forgeline-services}
 CONF=/etc/slurm/slurm.conf

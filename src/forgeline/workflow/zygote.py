@@ -9,8 +9,8 @@ stage code: a run reads it from disk as a fresh process would), freezes what it 
 of the collector, listens on DIR/threads-N.sock, and per request forks a handler that forks
 the run, sends its pid, then how it ended (its exit status or its signal). The run gets the
 request's stdin, stdout and stderr, directory, umask, environment, resource limits and argv, a
-session of its own, and returns to this module's `__main__`, which runs `forgeline.cli.main` and exits as the
-interpreter exits (threads joined, atexit handlers run). Each run is a fresh fork: nothing of
+session of its own, and returns to this module's `__main__`, which runs `forgeline.cli.main`
+and exits as the interpreter exits (threads joined, atexit handlers run). Each run is a fresh fork: nothing of
 one run reaches the next. The handler kills the run when its caller is gone.
 """
 from __future__ import annotations

@@ -44,12 +44,12 @@ def _take_rlimits(limits: dict) -> list[str]:
     for which, name in RLIMITS.items():
         if name not in limits:
             continue
-        want = tuple(limits[name])
-        if resource.getrlimit(which) != want:
-            try:
+        try:  # a malformed pair is refused as an unfit one
+            want = tuple(limits[name])
+            if resource.getrlimit(which) != want:
                 resource.setrlimit(which, want)
-            except (ValueError, OSError):
-                unfit.append(name)
+        except (TypeError, ValueError, OSError):
+            unfit.append(name)
     return unfit
 
 
